@@ -1,0 +1,1 @@
+"""The call: pipeline, service clients, latency and cost ledger, storage, web server."""

