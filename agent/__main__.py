@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from agent.config import ConfigError, Settings
@@ -19,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
         "environment variables and .env (see README.md); with no model URLs set, the "
         "embedded CPU models are started.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="debug logging (or LOG_LEVEL=DEBUG)"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser(
@@ -56,11 +59,13 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    debug = args.verbose or os.environ.get("LOG_LEVEL", "").upper() == "DEBUG"
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.verbose:
+    if not debug:
+        # pipecat logs through loguru; its per-frame debug lines drown a call's story.
         from loguru import logger as pipecat_logger
 
         pipecat_logger.remove()

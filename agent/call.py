@@ -8,6 +8,7 @@ turn starting while the agent speaks interrupts the agent's audio.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -18,7 +19,6 @@ from datetime import UTC, datetime
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
 from pipecat.pipeline.pipeline import Pipeline
-from pipecat.pipeline.runner import PipelineRunner
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import (
@@ -29,6 +29,7 @@ from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
+from pipecat.workers.runner import WorkerRunner
 from sqlalchemy import Engine
 
 from agent.config import Settings
@@ -121,7 +122,7 @@ class Call:
             system_instruction=self._ctx.prompts.system,
         )
         tts = StreamingTTSService(url=models.tts_url, session=self._ctx.sessions.session("tts"))
-        context = LLMContext()
+        context = LLMContext(messages=self._ctx.prompts.example_messages())
         aggregators = LLMContextAggregatorPair(
             context,
             user_params=LLMUserAggregatorParams(
@@ -213,9 +214,12 @@ class Call:
         if on_started is not None:
             on_started(self)
         try:
-            runner = PipelineRunner(handle_sigint=False)
+            runner = WorkerRunner(handle_sigint=False)
             await runner.add_workers(self._worker)
             await runner.run()
+        except asyncio.CancelledError:
+            self._end_reason = "server_stopped"
+            raise
         except Exception:
             self._end_reason = "error"
             logger.exception("call %s failed", self.id)

@@ -210,14 +210,7 @@ class ModelServers:
         timeout: float = DEFAULT_START_TIMEOUT_S,
     ) -> ModelServers:
         """Start the servers in parallel and return once every ``/health`` answers 200."""
-        if stub:
-            names = {"stub": "infra.stub_server"}
-        else:
-            names = {
-                "stt": "infra.stt_server",
-                "llm": "infra.llm_server",
-                "tts": "infra.tts_server",
-            }
+        names = STUB_SERVER if stub else MODEL_SERVERS
         started = time.monotonic()
         servers: list[ServerProcess] = []
         try:

@@ -37,6 +37,9 @@ class ChatCompletionsLLMService(OpenAILLMService):
                 max_tokens=max_tokens,
                 temperature=0.7,
                 system_instruction=system_instruction,
+                # One line per reply: what follows a newline is the model
+                # inventing the caller's next turn.
+                extra={"stop": ["\n"]},
             ),
             **kwargs,
         )

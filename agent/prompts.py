@@ -15,6 +15,12 @@ class PromptSet:
     version: str
     greeting: str
     system: str
+    examples: tuple[tuple[str, str], ...] = ()
+
+    def example_messages(self) -> list[dict[str, str]]:
+        """The example exchanges as chat messages: they show a small model the form."""
+        role = {"caller": "user", "agent": "assistant"}
+        return [{"role": role[who], "content": text} for who, text in self.examples]
 
     @classmethod
     def load(cls, version: str, root: Path = PROMPTS_DIR) -> PromptSet:
@@ -22,8 +28,23 @@ class PromptSet:
         if not folder.is_dir():
             known = sorted(p.name for p in root.iterdir() if p.is_dir())
             raise ValueError(f"unknown prompt version {version!r}; known: {', '.join(known)}")
+        examples = folder / "examples.txt"
         return cls(
             version=version,
             greeting=(folder / "greeting.txt").read_text().strip(),
             system=(folder / "system.txt").read_text().strip(),
+            examples=_examples(examples) if examples.exists() else (),
         )
+
+
+def _examples(path: Path) -> tuple[tuple[str, str], ...]:
+    """``caller: ...`` / ``agent: ...`` lines, in order."""
+    exchanges = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        who, sep, text = line.partition(":")
+        if not sep or who.strip() not in ("caller", "agent") or not text.strip():
+            raise ValueError(f"{path}:{number}: expected 'caller: ...' or 'agent: ...'")
+        exchanges.append((who.strip(), text.strip()))
+    return tuple(exchanges)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,6 +222,14 @@ async def call_record(request: web.Request) -> web.Response:
     return web.json_response(found)
 
 
+async def _end_calls(app: web.Application) -> None:
+    """On shutdown, end the calls in progress; each writes its end record as it goes."""
+    tasks = app[CALLS].tasks()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def make_app(ctx: CallContext) -> web.Application:
     app = web.Application(client_max_size=256 * 1024)
     app[CTX] = ctx
@@ -231,6 +240,7 @@ def make_app(ctx: CallContext) -> web.Application:
     app.router.add_get("/api/calls/{call_id}/transcript", transcript)
     app.router.add_get("/api/calls/{call_id}", call_record)
     app.router.add_static("/static", WEB_DIR)
+    app.on_shutdown.append(_end_calls)
     return app
 
 
@@ -244,10 +254,12 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
         site = web.TCPSite(runner, host, port)
         await site.start()
         logger.info("agent ready: open http://%s:%d/ and press Call", host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
+            logger.info("stopping: ending calls in progress")
         finally:
-            for task in app[CALLS].tasks():
-                task.cancel()
-            await asyncio.gather(*app[CALLS].tasks(), return_exceptions=True)
             await runner.cleanup()

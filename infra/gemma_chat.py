@@ -12,6 +12,10 @@ template puts the system text at the start of the first user turn::
     {assistant}<end_of_turn>
     <start_of_turn>model
 
+Generation stops on the turn-marker *tokens*: llama.cpp detokenizes special tokens to
+nothing, so a stop *string* ``<end_of_turn>`` never matches, and the small base model
+often opens a new ``<start_of_turn>`` instead of closing its own.
+
 The prompt carries no ``<bos>``: llama-cpp-python adds it when it tokenizes (the model's
 vocabulary asks for it), and a second one would change what the model sees.
 """
@@ -21,12 +25,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+from llama_cpp.llama import StoppingCriteriaList
 from llama_cpp.llama_chat_format import ChatFormatterResponse, register_chat_format
 
 CHAT_FORMAT = "gemma-3"
 START_OF_TURN = "<start_of_turn>"
 END_OF_TURN = "<end_of_turn>"
 GENERATION_PROMPT = f"{START_OF_TURN}model\n"
+#: Ids of ``<start_of_turn>`` and ``<end_of_turn>`` in the Gemma 3 vocabulary.
+TURN_MARKER_IDS = frozenset({105, 106})
 
 
 def _text(content: Any) -> str:
@@ -78,4 +87,12 @@ def _turn(role: str, text: str) -> str:
 @register_chat_format(CHAT_FORMAT)
 def format_gemma3(messages: list[Any], **kwargs: Any) -> ChatFormatterResponse:
     """llama-cpp-python's entry point for ``chat_format="gemma-3"``."""
-    return ChatFormatterResponse(prompt=gemma3_prompt(messages), stop=[END_OF_TURN])
+    return ChatFormatterResponse(
+        prompt=gemma3_prompt(messages),
+        stop=[END_OF_TURN],
+        stopping_criteria=StoppingCriteriaList([_at_turn_marker]),
+    )
+
+
+def _at_turn_marker(tokens: npt.NDArray[np.intc], logits: npt.NDArray[np.single]) -> bool:
+    return int(tokens[-1]) in TURN_MARKER_IDS

@@ -36,7 +36,7 @@ from llama_cpp.server import app as llama_app
 from llama_cpp.server.errors import ErrorResponse, RouteErrorHandler
 from llama_cpp.server.settings import ModelSettings, ServerSettings
 from llama_cpp.server.types import CreateChatCompletionRequest
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 from sse_starlette.sse import EventSourceResponse
 
 from infra.gemma_chat import CHAT_FORMAT, gemma3_prompt
@@ -82,6 +82,12 @@ class ChatCompletionRequest(CreateChatCompletionRequest):
     """llama-cpp-python's request body plus OpenAI's ``stream_options``."""
 
     stream_options: StreamOptions | None = None
+
+    @model_validator(mode="after")
+    def _has_messages(self) -> ChatCompletionRequest:
+        if not self.messages:  # llama-cpp-python defaults to [] and generates from nothing
+            raise ValueError("messages: at least one message is required")
+        return self
 
 
 def chat_completion_with_usage(llama: Llama, **kwargs: Any) -> Iterator[dict[str, Any]]:
@@ -179,7 +185,7 @@ async def chat_completions(request: Request, body: ChatCompletionRequest) -> Any
             kwargs=kwargs,
         ),
         sep="\n",
-        ping_message_factory=llama_app._ping_message_factory,
+        ping_message_factory=llama_app._ping_message_factory,  # type: ignore[arg-type]
     )
 
 
@@ -203,7 +209,11 @@ def create_app(
         logits_all=False,
         verbose=False,
     )
-    app = llama_app.create_app(server_settings=ServerSettings(), model_settings=[settings])
+    # llama-cpp-python's default cuts a streaming completion short (a bare [DONE], no
+    # finish_reason) when another request arrives: one call would truncate another's
+    # reply. Requests wait their turn instead; a client that leaves frees the model.
+    server_settings = ServerSettings(interrupt_requests=False)
+    app = llama_app.create_app(server_settings=server_settings, model_settings=[settings])
     app.state.ready = False
     # Our chat route goes in front of llama-cpp-python's router, so it matches first.
     app.router.add_api_route(

@@ -178,22 +178,24 @@ class ListenSession:
     async def run(self) -> None:
         """Serve the stream until the client stops, leaves or breaks the protocol."""
         try:
-            await self._start(await self._ws.receive(timeout=START_TIMEOUT_S))
+            await self._start(await self._first_message())
             while not self._ws.closed:
                 if not await self._handle(await self._ws.receive()):
                     break
         except ProtocolError as error:
             logger.warning("stream %r: protocol error: %s", self.call_id, error)
             await self._fail(str(error), error.close_code)
-        except TimeoutError:
-            await self._fail(
-                f"no start message within {START_TIMEOUT_S:.0f} s", WSCloseCode.POLICY_VIOLATION
-            )
         except ConnectionResetError:
             logger.info("stream %r: connection lost", self.call_id)
         except Exception as error:
             logger.exception("stream %r failed", self.call_id)
             await self._fail(f"internal error: {error}", WSCloseCode.INTERNAL_ERROR)
+
+    async def _first_message(self) -> Any:
+        try:
+            return await self._ws.receive(timeout=START_TIMEOUT_S)
+        except TimeoutError:
+            raise ProtocolError(f"no start message within {START_TIMEOUT_S:g} s") from None
 
     async def _start(self, msg: Any) -> None:
         message = self._parse(msg)
@@ -267,7 +269,7 @@ class ListenSession:
             "type": "final",
             "turn": turn,
             "text": text,
-            "audio_seconds": round(seconds, 3),
+            "audio_seconds": seconds,
             "processing_ms": round(processing_ms, 1),
         }
         if turn is None:
@@ -298,20 +300,21 @@ class ListenSession:
     def _audio_seconds(self) -> float:
         if self._turn is None:
             return 0.0
-        return round(self._total_samples / self._turn.sample_rate, 3)
+        return self._total_samples / self._turn.sample_rate
 
     async def _fail(self, message: str, code: WSCloseCode) -> None:
         if self._ws.closed:
             return
         try:
             await self._ws.send_json({"type": "error", "message": message})
-            await self._ws.close(code=code, message=message[:120].encode())
+            reason = message.encode()[:120].decode(errors="ignore").encode()  # <= 123 bytes
+            await self._ws.close(code=code, message=reason)
         except ConnectionResetError:
             pass
 
 
 WORKER = web.AppKey("transcription_worker", TranscriptionWorker)
-SESSIONS = web.AppKey("listen_sessions", weakref.WeakSet[web.WebSocketResponse])
+SESSIONS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey("listen_sessions")
 
 
 async def listen(request: web.Request) -> web.WebSocketResponse:
@@ -326,11 +329,12 @@ async def listen(request: web.Request) -> web.WebSocketResponse:
 def add_listen_route(app: web.Application, transcriber: Transcriber) -> None:
     """Serve ``/v1/listen`` on ``app`` with ``transcriber`` as the backend."""
     app[WORKER] = TranscriptionWorker(transcriber)
-    app[SESSIONS] = weakref.WeakSet()
+    app[SESSIONS] = weakref.WeakSet[web.WebSocketResponse]()
     app.router.add_get("/v1/listen", listen)
 
     async def close_streams(app: web.Application) -> None:
-        for ws in list(app[SESSIONS]):
+        sessions = app[SESSIONS]
+        for ws in list(sessions):
             await ws.close(code=WSCloseCode.GOING_AWAY, message=b"server shutdown")
 
     async def close_worker(app: web.Application) -> None:

@@ -50,7 +50,8 @@ class CallerEnd:
         self._first_sound_at: float | None = None
         self._last_sound_at: float | None = None
         self._sound = asyncio.Event()
-        self.hung_up = asyncio.Event()
+        #: When each audible frame of the agent's arrived (monotonic seconds).
+        self.sound_log: list[float] = []
 
     async def speak(self, pcm: bytes) -> float:
         """Send ``pcm`` (16-bit mono at ``sample_rate``) in real time; return when the
@@ -76,9 +77,6 @@ class CallerEnd:
         assert self._first_sound_at is not None and self._last_sound_at is not None
         return AgentUtterance(self._first_sound_at, self._last_sound_at, bytes(self._heard))
 
-    def hang_up(self) -> None:
-        self.hung_up.set()
-
     def pull_frame(self, nbytes: int) -> bytes:
         if not self._outgoing:
             self._drained.set()
@@ -93,6 +91,7 @@ class CallerEnd:
         samples = np.frombuffer(pcm, dtype=np.int16).astype(np.float32)
         if samples.size and float(np.sqrt(np.mean(samples * samples))) >= self._speech_rms:
             now = time.monotonic()
+            self.sound_log.append(now)
             self._first_sound_at = self._first_sound_at or now
             self._last_sound_at = now
             self._sound.set()

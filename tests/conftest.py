@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import uuid
 from collections.abc import Iterator
@@ -12,6 +13,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
+from agent.call import ModelEndpoints
+from agent.config import Settings
+from agent.embedded import ModelServers
 from agent.store import create_engine_for, normalise_url, upgrade
 
 # ---------------------------------------------------------------------------
@@ -98,3 +102,40 @@ def db_engine(db_url: str) -> Iterator[Engine]:
 
 
 # --- end of databases -------------------------------------------------------
+
+
+# ---------------------------------------------------------------------------
+# Calls (agent.call, agent.simulate, agent.server): the real CPU model servers,
+# started once per test run and shared by every test that holds a call.
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def cpu_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelEndpoints]:
+    """The embedded CPU model servers (Whisper tiny.en, Gemma 3 270M, Piper)."""
+    servers = asyncio.run(ModelServers.start(log_dir=tmp_path_factory.mktemp("model-logs")))
+    try:
+        yield ModelEndpoints(servers.stt_url, servers.llm_url, servers.tts_url)
+    finally:
+        asyncio.run(servers.stop())
+
+
+def settings_for(models: ModelEndpoints, database_url: str, **env: str) -> Settings:
+    """Settings of an agent that uses ``models`` and ``database_url``."""
+    return Settings.from_env(
+        {
+            "STT_URL": models.stt_url,
+            "LLM_URL": models.llm_url,
+            "TTS_URL": models.tts_url,
+            "DATABASE_URL": database_url,
+            **env,
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def speech_16k() -> bytes:
+    """A caller's sentence, spoken by the Piper voice, 16 kHz s16le mono."""
+    from tests.audio import speech_pcm
+
+    return speech_pcm("Yes, this is Jordan Smith speaking.", 16000)

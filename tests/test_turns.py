@@ -74,11 +74,13 @@ class Line:
         await self.push(t0 + 1262, BotStartedSpeakingFrame(), self.out)
         usage = LLMTokenUsage(prompt_tokens=30, completion_tokens=4, total_tokens=34)
         await self.push(
-            t0 + 1270, MetricsFrame(data=[LLMUsageMetricsData(processor="llm", value=usage)]),
+            t0 + 1270,
+            MetricsFrame(data=[LLMUsageMetricsData(processor="llm", value=usage)]),
             self.llm,
         )
         await self.push(
-            t0 + 1270, MetricsFrame(data=[TTSUsageMetricsData(processor="tts", value=10)]),
+            t0 + 1270,
+            MetricsFrame(data=[TTSUsageMetricsData(processor="tts", value=10)]),
             self.tts,
         )
         await self.push(t0 + 1300, LLMFullResponseEndFrame(), self.llm)

@@ -1,0 +1,43 @@
+"""A call's pipeline on the real CPU models: barge-in, and the turn in the store."""
+
+import asyncio
+import time
+
+import pytest
+
+from agent.call import Call
+from agent.runtime import AgentRuntime
+from telephony.loopback import LoopbackTransport
+from tests.audio import speech_pcm
+from tests.conftest import settings_for
+
+pytestmark = pytest.mark.models
+
+
+async def test_caller_speaking_over_the_agent_stops_its_audio(cpu_models, tmp_path):
+    settings = settings_for(cpu_models, f"sqlite:///{tmp_path / 'agent.db'}")
+    interruption = speech_pcm("Sorry, can you wait a moment please, I need to find a pen.", 16000)
+    async with AgentRuntime(settings) as ctx:
+        line = LoopbackTransport(16000)
+        call = Call(ctx, line, transport_name="loopback")
+        started = asyncio.Event()
+        run = asyncio.create_task(call.run(on_started=lambda _: started.set()))
+        await started.wait()
+        await asyncio.sleep(0.5)
+        await call.answer()  # the greeting takes about eight seconds to say
+        caller = line.caller
+        while not caller.sound_log:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.5)
+        cut_in_at = time.monotonic()
+        await caller.speak(interruption)
+        await asyncio.sleep(2.0)
+        await call.hang_up("caller_hung_up")
+        summary = await run
+
+    greeting_started = caller.sound_log[0]
+    during_cut_in = [t for t in caller.sound_log if cut_in_at + 1.0 < t < cut_in_at + 3.0]
+    # The agent went quiet soon after the caller cut in, long before the greeting's end.
+    assert not during_cut_in, f"agent still audible {during_cut_in[0] - cut_in_at:.2f} s in"
+    assert any(t > greeting_started + 1.0 for t in caller.sound_log)
+    assert summary.end_reason == "caller_hung_up"

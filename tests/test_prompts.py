@@ -1,0 +1,26 @@
+import pytest
+
+from agent.prompts import PromptSet
+
+
+def test_the_shipped_version_loads():
+    prompts = PromptSet.load("greeting-v1")
+    assert "automated assistant" in prompts.greeting  # the AI disclosure is in the first sentence
+    assert "recorded" in prompts.greeting
+    messages = prompts.example_messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
+
+
+def test_an_unknown_version_names_the_known_ones():
+    with pytest.raises(ValueError, match="greeting-v1"):
+        PromptSet.load("v99")
+
+
+def test_a_malformed_example_names_its_line(tmp_path):
+    folder = tmp_path / "v1"
+    folder.mkdir()
+    (folder / "greeting.txt").write_text("Hello.")
+    (folder / "system.txt").write_text("Be brief.")
+    (folder / "examples.txt").write_text("caller: Hi\nrobot: Hello\n")
+    with pytest.raises(ValueError, match="examples.txt:2"):
+        PromptSet.load("v1", root=tmp_path)

@@ -1,0 +1,87 @@
+"""The server's routes, over HTTP, on an agent whose models are the instant stubs."""
+
+import asyncio
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from aiortc import RTCPeerConnection
+from aiortc.mediastreams import AudioStreamTrack
+
+from agent.config import Settings
+from agent.runtime import AgentRuntime
+from agent.server import make_app
+
+
+@pytest.fixture
+async def client(tmp_path):
+    settings = Settings.from_env(
+        {"DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}", "DATA_DIR": str(tmp_path)}
+    )
+    async with AgentRuntime(settings, stub_models=True) as ctx:
+        async with TestClient(TestServer(make_app(ctx))) as client:
+            yield client
+
+
+async def test_the_call_page_is_served(client):
+    page = await client.get("/")
+    assert page.status == 200
+    assert 'id="call"' in await page.text()
+    script = await client.get("/static/call.js")
+    assert script.status == 200 and "RTCPeerConnection" in await script.text()
+    health = await client.get("/health")
+    assert (await health.json()) == {"status": "ok", "calls": 0}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("not json", "must be JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"type": "answer", "sdp": "v=0"}', "'type' must be 'offer'"),
+        ('{"type": "offer", "sdp": "hello"}', "starting with 'v=0'"),
+        ('{"type": "offer", "sdp": "v=0\\r\\nm=video 9 UDP/TLS/RTP/SAVPF 96\\r\\n"}', "no audio"),
+    ],
+)
+async def test_bad_offers_get_a_400_that_says_why(client, body, message):
+    response = await client.post("/api/offer", data=body)
+    assert response.status == 400
+    assert message in (await response.json())["error"]
+    assert (await (await client.get("/health")).json())["calls"] == 0
+
+
+async def test_an_oversized_body_is_refused(client):
+    response = await client.post("/api/offer", data="x" * (300 * 1024))
+    assert response.status == 413
+
+
+async def test_unknown_calls_are_404(client):
+    assert (await client.get("/api/calls/" + "0" * 32)).status == 404
+    transcript = await client.get("/api/calls/" + "0" * 32 + "/transcript")
+    assert transcript.status == 404
+    assert "no live call" in (await transcript.json())["error"]
+
+
+async def test_an_offer_is_answered_and_the_call_is_recorded(client):
+    # A real aiortc peer makes the offer; ICE need not complete for signalling.
+    peer = RTCPeerConnection()
+    peer.addTrack(AudioStreamTrack())
+    await peer.setLocalDescription(await peer.createOffer())
+    response = await client.post(
+        "/api/offer", json={"sdp": peer.localDescription.sdp, "type": "offer"}
+    )
+    assert response.status == 200
+    answer = await response.json()
+    assert answer["type"] == "answer" and "m=audio" in answer["sdp"]
+    call_id = answer["call_id"]
+    assert len(call_id) == 32
+
+    record = None
+    for _ in range(50):
+        found = await client.get(f"/api/calls/{call_id}")
+        if found.status == 200:
+            record = await found.json()
+            break
+        await asyncio.sleep(0.1)
+    assert record is not None
+    assert record["transport"] == "webrtc" and record["status"] == "active"
+    await peer.close()

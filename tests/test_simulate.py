@@ -1,0 +1,96 @@
+"""A simulated call on the real CPU models lands in the database with every part set."""
+
+import subprocess
+import sys
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from agent.models import Call
+from agent.runtime import AgentRuntime
+from agent.simulate import SCENARIOS, simulate_call, turn_table
+from tests.audio import words
+from tests.conftest import settings_for
+
+LATENCY_PARTS = (
+    "endpointing_ms",
+    "stt_ms",
+    "llm_ttft_ms",
+    "tts_ttfb_ms",
+    "transport_out_ms",
+    "response_ms",
+    "voice_to_voice_ms",
+)
+COMPONENTS = {"telephony", "stt", "llm", "tts", "tts_fallback"}
+
+pytestmark = pytest.mark.models
+
+
+async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db_url, db_engine):
+    scenario = SCENARIOS["callback"]
+    async with AgentRuntime(settings_for(cpu_models, db_url)) as ctx:
+        sim = await simulate_call(ctx, scenario)
+
+    with Session(db_engine) as session:
+        call = session.scalar(
+            select(Call)
+            .where(Call.id == sim.summary.call_id)
+            .options(selectinload(Call.turns), selectinload(Call.cost_lines))
+        )
+    assert call is not None
+    print(turn_table(sim.summary.turns))
+    assert call.status == "ended" and call.end_reason == "caller_hung_up"
+    assert call.transport == "loopback" and call.scenario == "callback"
+    assert call.prompt_version == "greeting-v1" and call.stt_model == "whisper-tiny.en"
+
+    completed = [t for t in call.turns if t.agent_text and not t.interrupted]
+    assert len(completed) >= 3, [(t.user_text, t.agent_text) for t in call.turns]
+    for turn in completed:
+        missing = [part for part in LATENCY_PARTS if getattr(turn, part) is None]
+        assert not missing, f"turn {turn.number} lacks {missing}"
+        assert turn.response_ms <= turn.voice_to_voice_ms
+        assert turn.stt_audio_s and turn.tts_characters
+
+    heard = words(" ".join(t.user_text or "" for t in call.turns))
+    for word in ("jordan", "tomorrow", "thank"):
+        assert word in heard, heard
+
+    assert {line.component for line in call.cost_lines} == COMPONENTS
+    assert all(line.price_book_version == "2026-12-01" for line in call.cost_lines)
+    total = sum(line.amount_usd for line in call.cost_lines)
+    assert call.cost_usd == pytest.approx(total)
+    assert call.cost_per_minute_usd == pytest.approx(total / (call.duration_s / 60))
+
+
+def test_simulate_command_prints_the_turn_table(cpu_models, tmp_path):
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STT_URL": cpu_models.stt_url,
+        "LLM_URL": cpu_models.llm_url,
+        "TTS_URL": cpu_models.tts_url,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "simulate", "--scenario", "short"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "endpoint" in done.stdout and "v2v" in done.stdout
+    assert "/min (within the $0.04/min target)" in done.stdout
+    table_rows = [line for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert len(table_rows) >= 3
+
+
+def test_simulate_rejects_an_unknown_scenario():
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "simulate", "--scenario", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "invalid choice: 'nope'" in done.stderr

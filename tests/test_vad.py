@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+from pipecat.audio.vad.silero import SileroVADAnalyzer
+from pipecat.audio.vad.vad_analyzer import VADState
+
+from agent.config import Settings
+from agent.vad import WebRTCVADAnalyzer, create_vad_analyzer
+
+
+def _frames(pcm: bytes, rate: int, ms: int = 20):
+    step = rate * ms // 1000 * 2
+    return [pcm[i : i + step] for i in range(0, len(pcm) - step + 1, step)]
+
+
+def test_webrtc_vad_hears_speech_and_not_silence(speech_16k):
+    vad = WebRTCVADAnalyzer(aggressiveness=2)
+    vad.set_sample_rate(16000)
+    assert vad.num_frames_required() == 320
+    voiced = [vad.voice_confidence(f) for f in _frames(speech_16k, 16000)]
+    silent = [vad.voice_confidence(f) for f in _frames(bytes(32000), 16000)]
+    assert sum(voiced) / len(voiced) > 0.5
+    assert sum(silent) == 0
+
+
+async def test_webrtc_vad_states_follow_an_utterance(speech_16k):
+    vad = WebRTCVADAnalyzer()
+    vad.set_sample_rate(16000)
+    states = []
+    for frame in _frames(bytes(16000) + speech_16k + bytes(32000), 16000):
+        states.append(await vad.analyze_audio(frame))
+    assert VADState.SPEAKING in states
+    assert states[0] == VADState.QUIET
+    assert states[-1] == VADState.QUIET
+
+
+def test_webrtc_vad_rejects_rates_it_cannot_do():
+    vad = WebRTCVADAnalyzer()
+    with pytest.raises(ValueError, match="22050 Hz"):
+        vad.set_sample_rate(22050)
+
+
+def test_settings_choose_the_analyzer():
+    chosen = create_vad_analyzer(Settings.from_env({"VAD_STOP_SECS": "0.3"}))
+    assert isinstance(chosen, WebRTCVADAnalyzer)
+    assert chosen.params.stop_secs == 0.3
+    assert isinstance(create_vad_analyzer(Settings.from_env({"VAD": "silero"})), SileroVADAnalyzer)
+
+
+def test_noise_is_not_speech():
+    rng = np.random.default_rng(7)
+    noise = (rng.normal(0, 30, 16000)).astype(np.int16).tobytes()
+    vad = WebRTCVADAnalyzer(aggressiveness=3)
+    vad.set_sample_rate(16000)
+    voiced = [vad.voice_confidence(f) for f in _frames(noise, 16000)]
+    assert sum(voiced) / len(voiced) < 0.2
