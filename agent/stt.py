@@ -64,7 +64,6 @@ class StreamingSTTService(STTService):
         self._receive_task: asyncio.Task[None] | None = None
         self._speaking = False
         self._turn = 0
-        self.audio_seconds = 0.0
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -140,7 +139,6 @@ class StreamingSTTService(STTService):
     async def _on_final(self, event: dict[str, Any]) -> None:
         seconds = float(event.get("audio_seconds") or 0.0)
         if seconds:
-            self.audio_seconds += seconds
             await self.start_stt_usage_metrics(STTUsage(audio_seconds=seconds))
         text = (event.get("text") or "").strip()
         if event.get("turn") is not None:

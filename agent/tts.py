@@ -31,7 +31,6 @@ class StreamingTTSService(TTSService):
         )
         self._url = url
         self._session = session
-        self.characters = 0
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -45,7 +44,6 @@ class StreamingTTSService(TTSService):
                     yield ErrorFrame(error=f"TTS server answered {response.status}: {detail}")
                     yield TTSStoppedFrame(context_id=context_id)
                     return
-                self.characters += len(text)
                 await self.start_tts_usage_metrics(text)
                 rate = int(response.headers.get("X-Sample-Rate", self.sample_rate))
                 async for frame in self._stream_audio_frames_from_iterator(

@@ -7,9 +7,11 @@ deployments; one command line shape (``--host``, ``--port``) keeps both uses ali
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -35,3 +37,18 @@ def parse_server_arguments(
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     return args
+
+
+class RequestError(ValueError):
+    """A request body the server cannot take; the message is sent back with a 400."""
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """``body`` parsed as a JSON object, or a ``RequestError`` saying why not."""
+    try:
+        request = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise RequestError(f"invalid JSON: {error}") from None
+    if not isinstance(request, dict):
+        raise RequestError("the body must be a JSON object")
+    return request

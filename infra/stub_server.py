@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from infra.serving import parse_server_arguments, server_arguments
+from infra.serving import RequestError, json_object, parse_server_arguments, server_arguments
 from infra.stt_server import add_listen_route
 from infra.tts_server import add_speech_route
 
@@ -58,22 +58,13 @@ class ToneSynthesizer:
         yield self._tone
 
 
-class ChatRequestError(ValueError):
-    """The body is not a chat completion request."""
-
-
 def _parse_chat_request(body: bytes) -> dict[str, Any]:
-    try:
-        request = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ChatRequestError(f"invalid JSON: {error}") from None
-    if not isinstance(request, dict):
-        raise ChatRequestError("invalid request: the body must be a JSON object")
+    request = json_object(body)
     messages = request.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise ChatRequestError("invalid request: messages must be a non-empty list")
+        raise RequestError("invalid request: messages must be a non-empty list")
     if not all(isinstance(message, dict) and "role" in message for message in messages):
-        raise ChatRequestError("invalid request: each message must be an object with a role")
+        raise RequestError("invalid request: each message must be an object with a role")
     return request
 
 
@@ -91,7 +82,7 @@ class StubChat:
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         try:
             body = _parse_chat_request(await request.read())
-        except ChatRequestError as error:
+        except RequestError as error:
             return web.json_response(
                 {"error": {"message": str(error), "type": "invalid_request_error"}}, status=400
             )

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import numpy as np
 import soxr
 from aiohttp import web
 
-from infra.serving import parse_server_arguments, server_arguments
+from infra.serving import RequestError, json_object, parse_server_arguments, server_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -112,28 +111,19 @@ class SpeechStream:
             close()
 
 
-class SpeechRequestError(ValueError):
-    """The request body is not a valid speech request."""
-
-
 def parse_speech_request(body: bytes) -> tuple[str, int]:
     """Validate a ``POST /v1/speech`` body; return (text, sample_rate)."""
-    try:
-        request = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SpeechRequestError(f"invalid JSON: {error}") from None
-    if not isinstance(request, dict):
-        raise SpeechRequestError("the body must be a JSON object")
+    request = json_object(body)
     text = request.get("text")
     if not isinstance(text, str):
-        raise SpeechRequestError("text must be a string")
+        raise RequestError("text must be a string")
     if not text.strip():
-        raise SpeechRequestError("text is empty")
+        raise RequestError("text is empty")
     if len(text) > MAX_TEXT_CHARS:
-        raise SpeechRequestError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
+        raise RequestError(f"text is {len(text)} characters; the limit is {MAX_TEXT_CHARS}")
     sample_rate = request.get("sample_rate", DEFAULT_SAMPLE_RATE)
     if type(sample_rate) is not int or sample_rate not in SUPPORTED_SAMPLE_RATES:
-        raise SpeechRequestError(
+        raise RequestError(
             f"sample_rate must be one of {list(SUPPORTED_SAMPLE_RATES)}, got {sample_rate!r}"
         )
     return text, sample_rate
@@ -152,7 +142,7 @@ async def speech(request: web.Request) -> web.StreamResponse:
     """
     try:
         text, sample_rate = parse_speech_request(await request.read())
-    except SpeechRequestError as error:
+    except RequestError as error:
         return web.json_response({"error": str(error)}, status=400)
     loop = asyncio.get_running_loop()
     executor = request.app[EXECUTOR]
