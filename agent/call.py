@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ from agent.config import Settings
 from agent.llm import ChatCompletionsLLMService
 from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
 from agent.prompts import PromptSet
-from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord
+from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
 from agent.sessions import ServiceSessions
 from agent.store import StoreWriter
 from agent.stt import StreamingSTTService
@@ -96,7 +95,7 @@ class Call:
         call_id: str | None = None,
         on_transcript: TranscriptListener | None = None,
     ) -> None:
-        self.id = call_id or uuid.uuid4().hex
+        self.id = call_id or new_call_id()
         self._ctx = ctx
         self._transport = transport
         self._transport_name = transport_name
