@@ -7,12 +7,15 @@ import asyncio
 import logging
 import os
 import sys
+from pathlib import Path
 
 from agent.config import ConfigError, Settings
 
 
 def _parser() -> argparse.ArgumentParser:
-    from agent.simulate import SCENARIOS
+    from agent.scenarios import builtin_scenarios
+
+    scenarios = builtin_scenarios()
 
     parser = argparse.ArgumentParser(
         prog="python -m agent",
@@ -31,14 +34,37 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="address to listen on (default: $HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default: $PORT or 8080)")
 
-    names = ", ".join(f"{s.name} ({s.description})" for s in SCENARIOS.values())
     simulate = commands.add_parser(
         "simulate",
-        help="hold a call with a synthetic caller and print each turn's latency and the cost",
+        help="hold a call with a synthetic caller; print the conversation, its disposition "
+        "and compliance events, each turn's latency and the cost",
+        description="Hold a call with a synthetic caller (Piper's voice over a real-time "
+        "loopback line) against the real pipeline. Built-in scenarios: "
+        + "; ".join(f"{s.name}: {s.description}" for s in scenarios.values()),
     )
-    simulate.add_argument(
-        "--scenario", default="callback", choices=sorted(SCENARIOS), help=f"caller script: {names}"
+    which = simulate.add_mutually_exclusive_group()
+    which.add_argument(
+        "--scenario",
+        default="pays_in_full",
+        choices=sorted(scenarios),
+        metavar="NAME",
+        help="a built-in caller script (default: pays_in_full)",
     )
+    which.add_argument(
+        "--script",
+        type=Path,
+        metavar="FILE",
+        help="a caller script of your own, in YAML (see agent/scenarios/*.yaml)",
+    )
+
+    portfolio = commands.add_parser("portfolio", help="the consumers and debts the agent calls")
+    portfolio_commands = portfolio.add_subparsers(dest="portfolio", required=True, metavar="ACTION")
+    load = portfolio_commands.add_parser(
+        "import",
+        help="import a portfolio CSV (see docs/portfolio.md); bad rows are listed with "
+        "their line numbers and reasons, good rows are imported",
+    )
+    load.add_argument("file", type=Path, help="the CSV file")
 
     bench = commands.add_parser("bench", help="benchmarks that print a table and write docs/")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -54,6 +80,13 @@ def _parser() -> argparse.ArgumentParser:
     turn.add_argument(
         "--only", choices=("cpu", "stub"), help="run one configuration instead of both"
     )
+    guard = benches.add_parser(
+        "guard",
+        help="cost of the output guard per sentence and of understanding per caller turn, "
+        "against pipecat's own sentence aggregation",
+    )
+    guard.add_argument("--sentences", type=int, default=2000, help="sentences to time (>= 100)")
+    guard.add_argument("--output", default="docs/benchmarks/guard.md", help="where to write")
     return parser
 
 
@@ -82,9 +115,26 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(serve(settings, host=args.host, port=args.port))
         return 0
     if args.command == "simulate":
+        from agent.scenarios import ScriptError, builtin_scenarios, load_script
         from agent.simulate import run_simulation
 
-        return asyncio.run(run_simulation(settings, args.scenario))
+        try:
+            scenario = (
+                load_script(args.script) if args.script else builtin_scenarios()[args.scenario]
+            )
+        except ScriptError as e:
+            print(f"bad caller script: {e}", file=sys.stderr)
+            return 2
+        return asyncio.run(run_simulation(settings, scenario))
+    if args.command == "portfolio":
+        return _import_portfolio(settings, args.file)
+    if args.command == "bench" and args.bench == "guard":
+        from agent.bench import run_guard_bench
+
+        if args.sentences < 100:
+            print("--sentences must be at least 100", file=sys.stderr)
+            return 2
+        return run_guard_bench(args.output, args.sentences)
     if args.command == "bench":
         from agent.bench import run_turn_bench
 
@@ -93,6 +143,28 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return asyncio.run(run_turn_bench(settings, args.turns, args.output, args.only))
     return 2
+
+
+def _import_portfolio(settings: Settings, path: Path) -> int:
+    from agent.portfolio import PortfolioError, import_portfolio
+    from agent.store import create_engine_for, upgrade
+
+    upgrade(settings.database_url)
+    engine = create_engine_for(settings.database_url)
+    try:
+        report = import_portfolio(engine, path)
+    except (OSError, PortfolioError) as e:
+        print(f"cannot import {path}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    print(
+        f"{path}: {report.imported} imported, {report.updated} updated, "
+        f"{len(report.rejected)} rejected"
+    )
+    for row in report.rejected:
+        print(f"  line {row.line}: {'; '.join(row.reasons)}")
+    return 1 if report.rejected else 0
 
 
 if __name__ == "__main__":

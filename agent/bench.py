@@ -1,4 +1,6 @@
-"""``python -m agent bench turn``: where a turn's time goes, on real and on instant models.
+"""Benchmarks: ``bench turn`` (where a turn's time goes) and ``bench guard``.
+
+``bench turn`` runs the same simulated calls on real and on instant models.
 
 The same simulated calls run twice: once on the embedded CPU models, once on
 stub model servers that answer instantly over the same protocols. The second
@@ -17,8 +19,11 @@ from pathlib import Path
 from agent.config import Settings
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
-from agent.simulate import PARTS, SCENARIOS, CallerVoice, summarize
+from agent.scenarios import builtin_scenarios
+from agent.simulate import PARTS, CallerVoice, summarize
 
+#: The caller script the benchmark repeats: a whole conversation, verification to promise.
+BENCH_SCENARIO = "pays_in_full"
 CONFIGS = {
     "cpu": "embedded CPU models (Whisper tiny.en, Gemma 3 270M, Piper)",
     "stub": "instant stub models (orchestration overhead only)",
@@ -29,7 +34,7 @@ async def measure(settings: Settings, config: str, turns: int) -> list[TurnRecor
     """Simulated calls on ``config`` until ``turns`` caller turns are recorded."""
     from agent.simulate import simulate_call
 
-    scenario = SCENARIOS["questions"]
+    scenario = builtin_scenarios()[BENCH_SCENARIO]
     collected: list[TurnRecord] = []
     async with AgentRuntime(settings, stub_models=config == "stub") as ctx:
         voice = CallerVoice(settings.audio_in_sample_rate)
@@ -108,6 +113,205 @@ async def run_turn_bench(settings: Settings, turns: int, output: str, only: str 
             "request to first audio; *out* = first audio from TTS to first frame sent; "
             "*response* = turn committed to first frame sent; *v2v* = last voiced frame "
             "to first frame sent.",
+            "",
+            text,
+            "",
+        ]
+    )
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report)
+    print(f"\nwrote {path}")
+    return 0
+
+
+def _guard_bench_corpus() -> tuple[list[tuple[str, bool]], list[str]]:
+    """Agent sentences (with whether the caller is verified) and caller turns, as in calls."""
+    agent = [
+        ("Hello, this is Riley, an automated assistant calling for Northwind Recovery.", False),
+        ("This call is recorded and transcribed.", False),
+        ("May I please speak with Jordan Smith?", False),
+        ("Thank you. To protect your privacy, please tell me your date of birth.", False),
+        ("You have a balance of $1,200 with Acme Bank.", False),
+        ("I'm calling about your overdue account.", False),
+        ("Is there a better time to reach Jordan?", False),
+        ("This is Northwind Recovery, a debt collector.", True),
+        (
+            "This is an attempt to collect a debt, and any information obtained will be used "
+            "for that purpose.",
+            True,
+        ),
+        ("You have a balance of $1,200 with Acme Bank.", True),
+        ("Are you able to pay it in full today?", True),
+        ("I understand, that can be a lot at once.", True),
+        ("We could set up a plan of $100 a month for 12 months.", True),
+        ("You could settle today for $840, which is 30 percent off the balance.", True),
+        ("On what date would you like to make that payment?", True),
+        ("Would you like to pay by debit card, bank transfer or check?", True),
+        ("We will send you a secure payment link, so please never read card numbers aloud.", True),
+        ("Thank you for your time today. Goodbye.", True),
+        ("You have a balance of $1,500 with Acme Bank.", True),
+        ("We can take 50 percent off if you pay today.", True),
+        ("We could do $25 a month for 48 months.", True),
+        ("There is a $5 processing fee for paying by phone.", True),
+        ("If you don't pay, we will have to take legal action and garnish your wages.", True),
+        ("Our attorney will be in touch.", True),
+        ("Your card number 4111 1111 1111 1111 is on file.", True),
+    ]
+    caller = [
+        "Yes, this is Jordan.",
+        "Speaking.",
+        "No, this is his wife. He's at work right now.",
+        "March fifth, nineteen eighty.",
+        "The last four are one two three four.",
+        "Who is this?",
+        "Am I talking to a robot?",
+        "I can't pay all of that. I could do two hundred dollars a month.",
+        "Starting on the fifteenth, by bank transfer.",
+        "I'll pay it in full on Friday by debit card.",
+        "Can you take 40 percent off?",
+        "I don't owe this, it's not my debt.",
+        "Stop calling me.",
+        "I have a lawyer, talk to him.",
+        "I lost my job and I can't afford anything right now.",
+        "Can you call me back tomorrow afternoon?",
+        "Let me talk to a real person.",
+        "Wrong number.",
+        "Will I be arrested?",
+        "My card number is 4111 1111 1111 1111, expires 12/27.",
+        "Um, yeah, okay, I guess I could do, uh, fifty bucks a month starting next Friday.",
+        "Hi, you've reached Jordan. Please leave a message after the tone.",
+    ]
+    return agent, caller
+
+
+def _percentile(ns: list[int], q: float) -> float:
+    """The q-quantile of ``ns`` nanoseconds, in microseconds (nearest rank)."""
+    import math
+
+    ordered = sorted(ns)
+    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[index] / 1000
+
+
+def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2000) -> int:
+    """``python -m agent bench guard``: the output guard and the turn reader, per sentence.
+
+    Both run on every turn in the audio path, so they are timed against what the
+    pipeline already spends there in the same run: pipecat's sentence aggregation
+    (``match_endofsentence`` on the text so far, once per streamed word, as the
+    guard's processor calls it) and, as a floor, one ``re.search``.
+    """
+    import datetime as dt
+    import re
+    import time
+
+    from pipecat.utils.string import match_endofsentence
+
+    from agent.guard import GuardContext, OutputGuard
+    from agent.understanding import redact_card_numbers, understand
+
+    agent, caller = _guard_bench_corpus()
+    guard = OutputGuard()
+    verified = GuardContext(
+        verified=True,
+        balance_cents=120_000,
+        creditor="Acme Bank, N.A.",
+        time_barred=False,
+        max_discount_pct=30.0,
+        min_installment_cents=5_000,
+        max_term_months=12,
+        fees_allowed=False,
+        consumer_name="Jordan Smith",
+    )
+    unverified = dataclasses.replace(verified, verified=False)
+    trivial = re.compile(r"\bfee\b")
+    today = dt.date(2026, 12, 2)
+
+    def aggregate(sentence: str) -> None:
+        words = sentence.split(" ")
+        for i in range(1, len(words) + 1):
+            match_endofsentence(" ".join(words[:i]))
+
+    samples: dict[str, list[int]] = {
+        "baseline": [],
+        "aggregation": [],
+        "allowed": [],
+        "blocked": [],
+        "redact": [],
+        "understand": [],
+    }
+    # One untimed pass loads what loads lazily (regex caches, the sentence splitter).
+    for sentence, is_verified in agent:
+        guard.check(sentence, verified if is_verified else unverified)
+        aggregate(sentence)
+    for turn in caller:
+        understand(turn, today=today)
+    blocked_count = 0
+    for n in range(sentences):
+        sentence, is_verified = agent[n % len(agent)]
+        ctx = verified if is_verified else unverified
+        t0 = time.perf_counter_ns()
+        trivial.search(sentence)
+        t1 = time.perf_counter_ns()
+        aggregate(sentence)
+        t2 = time.perf_counter_ns()
+        verdict = guard.check(sentence, ctx)
+        t3 = time.perf_counter_ns()
+        samples["baseline"].append(t1 - t0)
+        samples["aggregation"].append(t2 - t1)
+        samples["allowed" if verdict.allowed else "blocked"].append(t3 - t2)
+        blocked_count += not verdict.allowed
+        turn = caller[n % len(caller)]
+        t4 = time.perf_counter_ns()
+        redact_card_numbers(turn)
+        t5 = time.perf_counter_ns()
+        understand(turn, today=today)
+        t6 = time.perf_counter_ns()
+        samples["redact"].append(t5 - t4)
+        samples["understand"].append(t6 - t5)
+    samples["guard"] = samples["allowed"] + samples["blocked"]
+
+    floor = _percentile(samples["baseline"], 0.5)
+    aggregation = _percentile(samples["aggregation"], 0.5)
+    rows = [
+        ("baseline", "one `re.search` of a trivial pattern, per sentence (floor)"),
+        ("aggregation", "pipecat sentence aggregation, per sentence (baseline)"),
+        ("guard", "`OutputGuard.check`, per sentence, all"),
+        ("allowed", "`OutputGuard.check`, sentences allowed"),
+        ("blocked", "`OutputGuard.check`, sentences blocked"),
+        ("redact", "`redact_card_numbers`, per caller turn"),
+        ("understand", "`understand` (redaction included), per caller turn"),
+    ]
+    lines = [
+        "| what | calls | median µs | p99 µs | median × aggregation | median × re.search |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, label in rows:
+        ns = samples[key]
+        p50 = _percentile(ns, 0.5)
+        lines.append(
+            f"| {label} | {len(ns)} | {p50:.1f} | {_percentile(ns, 0.99):.1f} | "
+            f"{p50 / aggregation:.2f} | {p50 / floor:.0f} |"
+        )
+    text = "\n".join(lines)
+    print(text)
+    report = "\n".join(
+        [
+            "# Output guard and turn reader: cost per sentence",
+            "",
+            f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with "
+            f"`python -m agent bench guard --sentences {sentences}`.",
+            "",
+            f"{sentences} agent sentences ({len(agent)} distinct, {blocked_count} checks "
+            "blocked) and as many caller turns "
+            f"({len(caller)} distinct), cycled. Every sentence the LLM writes is checked "
+            "before the TTS sees it, and every caller turn is read (and its card data "
+            "removed) before the policy and the LLM see it, so both sit in the 300 ms turn "
+            "budget. The baseline is what the pipeline already pays for each sentence in "
+            "the same place: pipecat's sentence aggregation, `match_endofsentence` on the "
+            "text so far once per streamed word. The floor is one `re.search` of a trivial "
+            "precompiled pattern. The budget for the guard is 1-2 ms per sentence.",
             "",
             text,
             "",

@@ -25,6 +25,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMUserAggregatorParams,
 )
 from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
@@ -32,10 +33,21 @@ from pipecat.workers.runner import WorkerRunner
 from sqlalchemy import Engine
 
 from agent.config import Settings
+from agent.dialogue import GuardProcessor, PolicyProcessor
 from agent.llm import ChatCompletionsLLMService
+from agent.policy import ConversationPolicy, PolicyEvent
+from agent.predial import Signal, apply_signal, record_conversation
 from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
 from agent.prompts import PromptSet
-from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
+from agent.records import (
+    CallEnded,
+    CallEventRecord,
+    CallOutcome,
+    CallStarted,
+    PromiseRecord,
+    TurnRecord,
+    new_call_id,
+)
 from agent.sessions import ServiceSessions
 from agent.store import StoreWriter
 from agent.stt import StreamingSTTService
@@ -44,6 +56,9 @@ from agent.turns import CallProcessors, TranscriptListener, TurnLedger
 from agent.vad import create_vad_analyzer
 
 logger = logging.getLogger(__name__)
+
+#: The policy's signals that change what the pre-dial gate allows next time.
+GATE_SIGNALS = frozenset(s.value for s in Signal)
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,8 @@ class Call:
         scenario: str | None = None,
         call_id: str | None = None,
         on_transcript: TranscriptListener | None = None,
+        policy: ConversationPolicy | None = None,
+        number: str | None = None,
     ) -> None:
         self.id = call_id or new_call_id()
         self._ctx = ctx
@@ -102,7 +119,12 @@ class Call:
         self._direction = direction
         self._scenario = scenario
         self._on_transcript = on_transcript
+        self.policy = policy
+        #: The consumer's phone number, when the call is a phone call.
+        self.number = number
+        self._policy_processor: PolicyProcessor | None = None
         self._end_reason = "pipeline_ended"
+        self._hung_up = False
         self._worker: PipelineWorker | None = None
         self._greeted = False
 
@@ -133,13 +155,20 @@ class Call:
             ),
         )
         output = self._transport.output()
+        thinkers: tuple[FrameProcessor, ...] = (llm,)
+        guard: list[FrameProcessor] = []
+        if self.policy is not None:
+            self._policy_processor = PolicyProcessor(self.policy, self._record_event)
+            thinkers = (self._policy_processor, llm)
+            guard = [GuardProcessor(self.policy, self._record_event)]
         pipeline = Pipeline(
             [
                 self._transport.input(),
                 vad,
                 stt,
                 aggregators.user(),
-                llm,
+                *thinkers,
+                *guard,
                 tts,
                 output,
                 aggregators.assistant(),
@@ -147,7 +176,7 @@ class Call:
         )
         ledger = TurnLedger(
             self.id,
-            CallProcessors(stt=stt, llm=llm, tts=tts, output=output),
+            CallProcessors(stt=stt, thinkers=thinkers, tts=tts, output=output),
             sink=self._ctx.writer.submit,
             on_transcript=self._on_transcript,
         )
@@ -172,6 +201,10 @@ class Call:
             return
         self._greeted = True
         greeting = self._ctx.prompts.greeting
+        if self.policy is not None:
+            greeting = greeting.format(consumer_name=self.policy.account.consumer_name)
+            self.policy.opening(greeting)
+            self._report_policy_events()
         self._ctx.writer.submit(
             CallEventRecord(self.id, datetime.now(UTC), "greeting", {"text": greeting})
         )
@@ -179,15 +212,64 @@ class Call:
             self._on_transcript("agent", greeting)
         await self._worker.queue_frame(TTSSpeakFrame(greeting, append_to_context=True))
 
+    def _report_policy_events(self) -> None:
+        if self._policy_processor is not None:
+            self._policy_processor.report_events()
+
+    def _outcome(self) -> CallOutcome | None:
+        policy = self.policy
+        if policy is None:
+            return None
+        self._report_policy_events()
+        promise = policy.promise if policy.promise and policy.promise.amount_cents > 0 else None
+        return CallOutcome(
+            party=policy.party,
+            disposition=policy.disposition or "no_commitment",
+            verified_at=policy.verified_at,
+            debt_id=policy.account.debt_id,
+            promise=PromiseRecord(
+                promise.amount_cents, promise.due, promise.method, promise.installments
+            )
+            if promise
+            else None,
+        )
+
+    async def _tell_the_gate(self) -> None:
+        """What the consumer said that the pre-dial gate must honour before the next
+        attempt (DOMAIN C8, C12, D2): only for a call about a debt in the portfolio."""
+        policy = self.policy
+        if policy is None or policy.account.debt_id is None:
+            return
+        debt_id = policy.account.debt_id
+        engine = self._ctx.engine
+        signals = [e for e in policy.events if e.kind == "signal"]
+        try:
+            for event in signals:
+                kind = event.detail["kind"]
+                if kind in GATE_SIGNALS and (kind != "wrong_number" or self.number):
+                    await asyncio.to_thread(
+                        apply_signal, engine, debt_id, kind, at=event.at, number=self.number
+                    )
+            if policy.party == "right_party":
+                await asyncio.to_thread(record_conversation, engine, debt_id, datetime.now(UTC))
+        except Exception:
+            # The call's own record is already queued; the gate fails closed on its own.
+            logger.exception("call %s: could not update the pre-dial gate", self.id)
+
+    def _record_event(self, event: PolicyEvent) -> None:
+        self._ctx.writer.submit(CallEventRecord(self.id, event.at, event.kind, event.detail))
+
     async def hang_up(self, reason: str) -> None:
         """End the call gracefully: pending audio is flushed, then the pipeline stops."""
         self._end_reason = reason
+        self._hung_up = True
         if self._worker is not None:
             await self._worker.queue_frame(EndFrame())
 
     async def cancel(self, reason: str) -> None:
         """End the call now (the peer is gone)."""
         self._end_reason = reason
+        self._hung_up = True
         if self._worker is not None:
             await self._worker.cancel(reason=reason)
 
@@ -216,6 +298,8 @@ class Call:
             runner = WorkerRunner(handle_sigint=False)
             await runner.add_workers(self._worker)
             await runner.run()
+            if self.policy is not None and self.policy.disposition and not self._hung_up:
+                self._end_reason = "agent_ended"
         except asyncio.CancelledError:
             self._end_reason = "server_stopped"
             raise
@@ -243,8 +327,10 @@ class Call:
                     duration_s=duration,
                     end_reason=self._end_reason,
                     cost=cost,
+                    outcome=self._outcome(),
                 )
             )
+            await self._tell_the_gate()
             logger.info(
                 "call %s ended (%s) after %.1f s, $%.4f/min",
                 self.id,

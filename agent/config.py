@@ -65,7 +65,7 @@ class Settings:
     # Cost accounting.
     price_book: Path | None = None
     price_profile: str = "embedded-cpu"
-    prompt_version: str = "greeting-v1"
+    prompt_version: str = "collections-v1"
 
     @property
     def embedded_models(self) -> bool:
@@ -109,5 +109,5 @@ class Settings:
             vad_stop_secs=_float(env, "VAD_STOP_SECS", 0.2),
             price_book=Path(price_book) if price_book else None,
             price_profile=env.get("PRICE_PROFILE", "embedded-cpu"),
-            prompt_version=env.get("PROMPT_VERSION", "greeting-v1"),
+            prompt_version=env.get("PROMPT_VERSION", "collections-v1"),
         )

@@ -1,6 +1,9 @@
-"""The call record: calls, their turns, cost lines and events.
+"""The store's tables: the portfolio, the contact ledger, and the call record.
 
-These tables are the evidence a call leaves behind (DOMAIN.md) and what the
+Consumers, their phones and debts come from a creditor's portfolio
+(``agent.portfolio``); contact attempts are what the pre-dial gate
+(``agent.predial``) counts; calls, their turns, cost lines, events and
+promises are the evidence a call leaves behind (DOMAIN.md) and what the
 console reads. They must mean the same on SQLite (the embedded default) and
 PostgreSQL (production), so only portable types are used, and the schema
 changes only through the Alembic migrations in ``migrations/``.
@@ -15,6 +18,8 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
+    CheckConstraint,
+    Date,
     DateTime,
     Dialect,
     Float,
@@ -80,6 +85,71 @@ class CallStatus(enum.StrEnum):
     ABNORMAL = "abnormal"
 
 
+class PhoneKind(enum.StrEnum):
+    """Where a number rings; Massachusetts caps personal and other numbers apart (D8)."""
+
+    PERSONAL = "personal"
+    WORK = "work"
+    OTHER = "other"
+
+
+class ConsentSource(enum.StrEnum):
+    """How the number came to us; only some are prior express consent (D10)."""
+
+    #: Given to the creditor by the consumer, for this debt.
+    CREDITOR_PROVIDED = "creditor_provided"
+    #: Given to us by the consumer (on a call, in writing).
+    CONSUMER_PROVIDED = "consumer_provided"
+    #: Found by a skip-trace vendor: no consent, never dialled by the AI voice.
+    SKIP_TRACED = "skip_traced"
+
+
+class StatuteStatus(enum.StrEnum):
+    """Whether the debt can still be sued on (C9: never threaten suit on a time-barred one)."""
+
+    WITHIN = "within"
+    TIME_BARRED = "time_barred"
+
+
+class TenantType(enum.StrEnum):
+    """Who collects; it picks the rule pack (DOMAIN "Who is on the line")."""
+
+    THIRD_PARTY_COLLECTOR = "third_party_collector"
+    DEBT_BUYER = "debt_buyer"
+    FIRST_PARTY_CREDITOR = "first_party_creditor"
+
+
+class AttemptOutcome(enum.StrEnum):
+    """What became of a contact attempt; ``agent.predial`` decides which count (D3)."""
+
+    #: Reserved by the gate, not yet dialled or not yet reported: counts.
+    DIALING = "dialing"
+    ANSWERED = "answered"
+    NO_ANSWER = "no_answer"
+    VOICEMAIL = "voicemail"
+    BUSY = "busy"
+    NOT_IN_SERVICE = "not_in_service"
+    #: The call reached the consumer's attorney.
+    ATTORNEY = "attorney"
+    #: A call the consumer asked for ("call me Monday") within 7 days of asking.
+    CONSENTED_CALLBACK = "consented_callback"
+
+
+class PromiseStatus(enum.StrEnum):
+    """A promise to pay's lifecycle (DOMAIN "Dispositions")."""
+
+    OPEN = "open"
+    KEPT = "kept"
+    BROKEN = "broken"
+    PARTIAL = "partial"
+
+
+def _one_of(column: str, values: type[enum.StrEnum]) -> CheckConstraint:
+    """A CHECK that ``column`` holds one of the enum's values, named after the column."""
+    allowed = ", ".join(f"'{value}'" for value in values)
+    return CheckConstraint(f"{column} IN ({allowed})", name=column)
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map = {dt.datetime: UTCDateTime()}
@@ -106,6 +176,15 @@ class Call(Base):
     price_book_version: Mapped[str | None] = mapped_column(String(32))
     cost_usd: Mapped[float | None] = mapped_column(Float)
     cost_per_minute_usd: Mapped[float | None] = mapped_column(Float)
+    #: The debt the call was about, once known (outbound: always; inbound: after lookup).
+    debt_id: Mapped[int | None] = mapped_column(ForeignKey("debts.id", ondelete="SET NULL"))
+    #: Who was reached: right_party, consumer_equivalent, third_party, wrong_number,
+    #: attorney, unverified, voicemail, ...
+    party: Mapped[str | None] = mapped_column(String(32))
+    #: The call's disposition (DOMAIN "Dispositions").
+    disposition: Mapped[str | None] = mapped_column(String(64))
+    #: When the right party was verified (C3); None while unverified.
+    verified_at: Mapped[dt.datetime | None]
 
     turns: Mapped[list[Turn]] = relationship(
         back_populates="call",
@@ -129,6 +208,7 @@ class Call(Base):
     __table_args__ = (
         Index("ix_calls_started_at", "started_at"),
         Index("ix_calls_status", "status"),
+        Index("ix_calls_debt_id", "debt_id"),
     )
 
     def __repr__(self) -> str:
@@ -212,3 +292,190 @@ class CallEvent(Base):
 
     def __repr__(self) -> str:
         return f"<CallEvent {self.call_id} {self.kind} {self.at.isoformat()}>"
+
+
+# -- the portfolio -----------------------------------------------------------
+
+
+class Consumer(Base):
+    """A person who owes, as the portfolio names them, with what the gate must know.
+
+    The address's time zone is the first of the zones D4 checks;
+    ``attorney_name`` (D6), ``inconvenient`` windows and
+    ``workplace_forbids_calls`` (D5) are set by the portfolio or by what the
+    consumer said on a call (``agent.predial.apply_signal``).
+    """
+
+    __tablename__ = "consumers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: The portfolio's own id of the consumer: the key re-imports update by.
+    external_ref: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(200))
+    date_of_birth: Mapped[dt.date | None] = mapped_column(Date)
+    address: Mapped[str] = mapped_column(Text)
+    #: USPS two-letter code; picks the state rule pack (D8).
+    state: Mapped[str] = mapped_column(String(2))
+    city: Mapped[str] = mapped_column(String(100))
+    #: IANA zone of the address, e.g. ``America/Chicago``.
+    time_zone: Mapped[str] = mapped_column(String(64))
+    #: Set when the consumer is known to have an attorney for the debt (D6).
+    attorney_name: Mapped[str | None] = mapped_column(String(200))
+    #: Stated inconvenient times, local to the consumer:
+    #: ``[{"weekday": None | 0-6 (Monday 0), "start": "HH:MM", "end": "HH:MM"}]`` (D5).
+    inconvenient: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    #: The consumer's employer forbids calls at work: no calls to ``work`` numbers (D5).
+    workplace_forbids_calls: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    phones: Mapped[list[Phone]] = relationship(
+        back_populates="consumer",
+        order_by="Phone.id",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+    )
+    debts: Mapped[list[Debt]] = relationship(
+        back_populates="consumer",
+        order_by="Debt.id",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+    )
+
+    def __repr__(self) -> str:
+        return f"<Consumer {self.id} {self.external_ref}>"
+
+
+class Phone(Base):
+    """A number of a consumer, with the consent to call it and what suppresses it."""
+
+    __tablename__ = "phones"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    consumer_id: Mapped[int] = mapped_column(
+        ForeignKey("consumers.id", ondelete="CASCADE"), index=True
+    )
+    #: E.164, e.g. ``+16175550142``.
+    number: Mapped[str] = mapped_column(String(16), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    #: How the number came to us (``ConsentSource``); None: no consent on file (D10).
+    consent_source: Mapped[str | None] = mapped_column(String(32))
+    consent_date: Mapped[dt.date | None] = mapped_column(Date)
+    #: Someone answering it said it is not the consumer's (D9).
+    wrong_number: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: When the consumer said "stop calling": no calls to any of their numbers (D7).
+    opted_out_at: Mapped[dt.datetime | None]
+
+    consumer: Mapped[Consumer] = relationship(back_populates="phones")
+
+    __table_args__ = (
+        UniqueConstraint("consumer_id", "number"),
+        _one_of("kind", PhoneKind),
+    )
+
+    def __repr__(self) -> str:
+        return f"<Phone {self.id} {self.kind} ...{self.number[-4:]}>"
+
+
+class Debt(Base):
+    """One account in collection, its offer envelope (C6) and what stops collecting it."""
+
+    __tablename__ = "debts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    consumer_id: Mapped[int] = mapped_column(
+        ForeignKey("consumers.id", ondelete="CASCADE"), index=True
+    )
+    #: The portfolio's account id: the key re-imports update by.
+    account_ref: Mapped[str] = mapped_column(String(64), unique=True)
+    #: Last four of the account number, one way to verify the right party (C3).
+    account_last4: Mapped[str | None] = mapped_column(String(4))
+    creditor: Mapped[str] = mapped_column(String(200))
+    balance_cents: Mapped[int] = mapped_column(Integer)
+    statute_status: Mapped[str] = mapped_column(String(16))
+    tenant_type: Mapped[str] = mapped_column(String(32))
+    #: The creditor's approved envelope (C6).
+    max_discount_pct: Mapped[float] = mapped_column(Float)
+    min_installment_cents: Mapped[int] = mapped_column(Integer)
+    max_term_months: Mapped[int] = mapped_column(Integer)
+    #: Disputed, verification pending (D9).
+    disputed: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Written cease request: no communication at all on this debt (D7).
+    cease_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    bankrupt: Mapped[bool] = mapped_column(Boolean, default=False)
+    deceased: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: The last telephone conversation about the debt (D2 counts days from it).
+    last_conversation_at: Mapped[dt.datetime | None]
+
+    consumer: Mapped[Consumer] = relationship(back_populates="debts")
+
+    __table_args__ = (
+        _one_of("statute_status", StatuteStatus),
+        _one_of("tenant_type", TenantType),
+        CheckConstraint("balance_cents >= 0", name="balance_cents"),
+        CheckConstraint("max_discount_pct BETWEEN 0 AND 100", name="max_discount_pct"),
+    )
+
+    def __repr__(self) -> str:
+        return f"<Debt {self.id} {self.account_ref}>"
+
+
+# -- the contact ledger ------------------------------------------------------
+
+
+class ContactAttempt(Base):
+    """One call attempt about a debt: what the gate counts (D1, D3, D8).
+
+    The gate inserts it (outcome ``dialing``, counted) in the same transaction
+    that allowed it, so concurrent dialers cannot both take the last slot.
+    """
+
+    __tablename__ = "contact_attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    debt_id: Mapped[int] = mapped_column(ForeignKey("debts.id", ondelete="CASCADE"))
+    consumer_id: Mapped[int] = mapped_column(
+        ForeignKey("consumers.id", ondelete="CASCADE"), index=True
+    )
+    phone_id: Mapped[int | None] = mapped_column(
+        ForeignKey("phones.id", ondelete="SET NULL"), index=True
+    )
+    #: The number dialled, E.164 (kept even if the phone row goes).
+    number: Mapped[str] = mapped_column(String(16))
+    #: When it was placed, UTC.
+    at: Mapped[dt.datetime]
+    outcome: Mapped[str] = mapped_column(String(32), default=AttemptOutcome.DIALING.value)
+    #: Whether it counts towards the caps (D3).
+    counts: Mapped[bool] = mapped_column(Boolean, default=True)
+    call_id: Mapped[str | None] = mapped_column(
+        ForeignKey("calls.id", ondelete="SET NULL"), index=True
+    )
+    #: The gate's summary of why it was allowed, for the audit trail.
+    decided_by: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_contact_attempts_debt_id_at", "debt_id", "at"),)
+
+    def __repr__(self) -> str:
+        return f"<ContactAttempt {self.id} debt {self.debt_id} {self.outcome}>"
+
+
+class Promise(Base):
+    """A promise to pay made on a call, and whether it was kept."""
+
+    __tablename__ = "promises"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    call_id: Mapped[str] = mapped_column(ForeignKey("calls.id", ondelete="CASCADE"), index=True)
+    debt_id: Mapped[int] = mapped_column(ForeignKey("debts.id", ondelete="CASCADE"), index=True)
+    amount_cents: Mapped[int] = mapped_column(Integer)
+    due_date: Mapped[dt.date] = mapped_column(Date)
+    #: How it will be paid: card, ach, pay_link, check, ...
+    method: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), default=PromiseStatus.OPEN.value)
+    created_at: Mapped[dt.datetime]
+
+    __table_args__ = (
+        _one_of("status", PromiseStatus),
+        CheckConstraint("amount_cents > 0", name="amount_cents"),
+    )
+
+    def __repr__(self) -> str:
+        return f"<Promise {self.id} debt {self.debt_id} {self.amount_cents} {self.status}>"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
@@ -16,6 +17,7 @@ class PromptSet:
     greeting: str
     system: str
     examples: tuple[tuple[str, str], ...] = ()
+    templates: dict[str, str] = field(default_factory=dict)
 
     def example_messages(self) -> list[dict[str, str]]:
         """The example exchanges as chat messages: they show a small model the form."""
@@ -29,12 +31,24 @@ class PromptSet:
             known = sorted(p.name for p in root.iterdir() if p.is_dir())
             raise ValueError(f"unknown prompt version {version!r}; known: {', '.join(known)}")
         examples = folder / "examples.txt"
+        templates = folder / "templates.toml"
         return cls(
             version=version,
             greeting=(folder / "greeting.txt").read_text().strip(),
             system=(folder / "system.txt").read_text().strip(),
             examples=_examples(examples) if examples.exists() else (),
+            templates=_templates(templates) if templates.exists() else {},
         )
+
+
+def _templates(path: Path) -> dict[str, str]:
+    """The fixed texts of the conversation policy: ``key = "text with {placeholders}"``."""
+    with path.open("rb") as f:
+        texts = tomllib.load(f)
+    bad = [key for key, value in texts.items() if not isinstance(value, str)]
+    if bad:
+        raise ValueError(f"{path}: every template must be a string; not: {', '.join(bad)}")
+    return texts
 
 
 def _examples(path: Path) -> tuple[tuple[str, str], ...]:

@@ -81,6 +81,30 @@ class TurnRecord:
 
 
 @dataclass(frozen=True)
+class PromiseRecord:
+    """A promise to pay made on the call (stored when the call's debt is known)."""
+
+    amount_cents: int
+    due_date: dt.date
+    method: str
+    installments: int = 1
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """How the conversation ended: who was reached, the disposition, any promise."""
+
+    party: str | None
+    disposition: str | None
+    verified_at: dt.datetime | None = None
+    debt_id: int | None = None
+    promise: PromiseRecord | None = None
+
+    def __post_init__(self) -> None:
+        _check_aware("verified_at", self.verified_at)
+
+
+@dataclass(frozen=True)
 class CallEnded:
     """A call hung up; the writer closes its row and stores its cost lines at once."""
 
@@ -89,6 +113,7 @@ class CallEnded:
     duration_s: float
     end_reason: str | None
     cost: CallCost
+    outcome: CallOutcome | None = None
 
     def __post_init__(self) -> None:
         _check_call_id(self.call_id)

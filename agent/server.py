@@ -16,6 +16,7 @@ import logging
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,9 @@ from sqlalchemy.orm import Session, selectinload
 from agent.call import Call, CallContext
 from agent.config import Settings
 from agent.models import Call as CallRow
+from agent.policy import ConversationPolicy, Templates
 from agent.runtime import AgentRuntime
+from agent.scenarios import account_from
 from telephony.webrtc import Offer, OfferError, accept, transport_for
 
 logger = logging.getLogger(__name__)
@@ -105,9 +108,15 @@ async def offer(request: web.Request) -> web.Response:
         return _error(400, str(e))
 
     transport = transport_for(connection, ctx.settings.audio_in_sample_rate)
+    # The test page calls as the demo portfolio's consumer (see agent/scenarios.py).
+    policy = ConversationPolicy(account_from({}), Templates(ctx.prompts.templates), date.today())
     live: LiveCall
     call = Call(
-        ctx, transport, transport_name="webrtc", on_transcript=lambda s, t: live.publish(s, t)
+        ctx,
+        transport,
+        transport_name="webrtc",
+        on_transcript=lambda s, t: live.publish(s, t),
+        policy=policy,
     )
     live = LiveCall(call)
     calls.add(live)

@@ -1,8 +1,9 @@
 """A synthetic caller holding a real call with the real pipeline, in real time.
 
-The caller's lines are spoken by the Piper voice and sent down a loopback line
-at 20 ms per frame; it waits for the agent to finish answering before it speaks
-again, as a polite person would. The call is stored like any other, so the
+The caller's lines (a scenario script, see ``agent.scenarios``) are spoken by
+the Piper voice and sent down a loopback line at 20 ms per frame; the caller
+waits for the agent to finish answering before it speaks again, as a polite
+person would, and stops when the agent ends the call. The call is stored like any other, so the
 simulator is also how the latency and cost ledgers are checked without a
 microphone.
 """
@@ -13,60 +14,21 @@ import asyncio
 import logging
 import statistics
 from dataclasses import dataclass, field
+from datetime import date
 
 import numpy as np
 import soxr
 
 from agent.call import Call, CallContext, CallSummary
 from agent.config import Settings
+from agent.policy import ConversationPolicy, Templates
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
+from agent.scenarios import Scenario
+from agent.understanding import redact_card_numbers
 from telephony.loopback import LoopbackTransport
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """A caller's script: what they say, turn by turn."""
-
-    name: str
-    description: str
-    lines: tuple[str, ...]
-
-
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario(
-            "callback",
-            "The caller checks who is calling and asks for a call back tomorrow.",
-            (
-                "Hello, who is this?",
-                "Yes, this is Jordan Smith speaking.",
-                "I am driving right now. Can you call me back tomorrow morning?",
-                "Thank you. Goodbye.",
-            ),
-        ),
-        Scenario(
-            "short",
-            "Three short answers.",
-            ("Hello?", "Yes, that is me.", "Okay, goodbye."),
-        ),
-        Scenario(
-            "questions",
-            "A caller with several questions, for longer benchmark runs.",
-            (
-                "Good morning.",
-                "What company did you say you are calling from?",
-                "Is this call being recorded?",
-                "Are you a real person or a computer?",
-                "Can I speak to someone tomorrow afternoon?",
-                "All right, thanks for your help.",
-            ),
-        ),
-    )
-}
 
 
 class CallerVoice:
@@ -104,8 +66,23 @@ class CallerTurn:
 
 @dataclass
 class SimulatedCall:
+    scenario: Scenario
     summary: CallSummary
     caller_turns: list[CallerTurn] = field(default_factory=list)
+    policy: ConversationPolicy | None = None
+
+    def unmet_expectations(self) -> list[str]:
+        """How the call's ending differs from what the script expects (empty: as expected)."""
+        policy = self.policy
+        got = {
+            "disposition": policy.disposition if policy else None,
+            "party": policy.party if policy else None,
+        }
+        return [
+            f"{key}: expected {want}, got {got[key]}"
+            for key, want in self.scenario.expect.items()
+            if got[key] != want
+        ]
 
 
 async def simulate_call(
@@ -115,18 +92,21 @@ async def simulate_call(
     voice = voice or await asyncio.to_thread(CallerVoice, ctx.settings.audio_in_sample_rate)
     lines = [await asyncio.to_thread(voice.say, text) for text in scenario.lines]
     line = LoopbackTransport(sample_rate=voice.sample_rate)
-    call = Call(ctx, line, transport_name="loopback", scenario=scenario.name)
+    policy = ConversationPolicy(scenario.account, Templates(ctx.prompts.templates), date.today())
+    call = Call(ctx, line, transport_name="loopback", scenario=scenario.name, policy=policy)
     started = asyncio.Event()
 
     run = asyncio.create_task(call.run(on_started=lambda _: started.set()))
     await started.wait()
     caller = line.caller
-    result = SimulatedCall(summary=CallSummary(call.id, 0.0, ""))
+    result = SimulatedCall(scenario, CallSummary(call.id, 0.0, ""), policy=policy)
     try:
         await asyncio.sleep(0.5)
         await call.answer()
         await caller.listen(timeout_s=60)
         for text, pcm in zip(scenario.lines, lines, strict=True):
+            if run.done():
+                break  # the agent ended the call
             finished_speaking = await caller.speak(pcm)
             heard = await caller.listen(timeout_s=60)
             result.caller_turns.append(
@@ -138,7 +118,7 @@ async def simulate_call(
             )
             logger.info(
                 "caller said %r; agent answered after %.0f ms",
-                text,
+                redact_card_numbers(text)[0],
                 result.caller_turns[-1].heard_after_ms,
             )
     finally:
@@ -183,16 +163,26 @@ def summarize(values: list[float]) -> tuple[float, float]:
 def print_call(sim: SimulatedCall) -> None:
     summary = sim.summary
     print(
-        f"call {summary.call_id}: {len(summary.turns)} turns, {summary.duration_s:.1f} s, "
-        f"ended: {summary.end_reason}"
+        f"call {summary.call_id} ({sim.scenario.name}): {len(summary.turns)} turns, "
+        f"{summary.duration_s:.1f} s, ended: {summary.end_reason}"
     )
     print()
-    print(turn_table(summary.turns))
+    for turn in summary.turns:
+        print(f"  caller: {turn.user_text}")
+        print(f"  agent:  {turn.agent_text}")
+    if sim.policy is not None:
+        print()
+        print(f"party: {sim.policy.party}, disposition: {sim.policy.disposition}")
+        print("compliance events:")
+        for event in sim.policy.events:
+            detail = ", ".join(f"{k}={v}" for k, v in event.detail.items() if k != "text")
+            print(f"  {event.at:%H:%M:%S} {event.kind}" + (f" ({detail})" if detail else ""))
     print()
+    print(turn_table(summary.turns))
     for turn, heard in zip(summary.turns, sim.caller_turns, strict=False):
         print(
-            f"  turn {turn.number}: agent said {turn.agent_text!r} "
-            f"(caller heard it after {heard.heard_after_ms:.0f} ms)"
+            f"  turn {turn.number}: the caller heard the agent {heard.heard_after_ms:.0f} ms "
+            "after they stopped speaking"
         )
     cost = summary.cost
     if cost is not None:
@@ -211,14 +201,14 @@ def print_call(sim: SimulatedCall) -> None:
         )
 
 
-async def run_simulation(settings: Settings, scenario_name: str) -> int:
-    """``python -m agent simulate``: one call, its table and its cost on stdout."""
-    scenario = SCENARIOS[scenario_name]
+async def run_simulation(settings: Settings, scenario: Scenario) -> int:
+    """``python -m agent simulate``: one call, its conversation, table and cost on stdout."""
     print(f"starting the agent (models, database {settings.database_url}) ...", flush=True)
     async with AgentRuntime(settings) as ctx:
-        print(
-            f"calling: scenario {scenario.name!r}, {len(scenario.lines)} caller lines", flush=True
-        )
+        print(f"calling: {scenario.name} ({scenario.description})", flush=True)
         sim = await simulate_call(ctx, scenario)
     print_call(sim)
-    return 0 if sim.summary.turns else 1
+    unmet = sim.unmet_expectations()
+    for problem in unmet:
+        print(f"NOT AS EXPECTED: {problem}")
+    return 0 if sim.summary.turns and not unmet else 1

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session
 
-from agent.models import Call, CallEvent, CallStatus, CostLine, Turn
+from agent.models import Call, CallEvent, CallStatus, CostLine, Promise, Turn
 from agent.records import (
     RECORD_TYPES,
     CallEnded,
@@ -350,6 +350,24 @@ class StoreWriter:
         call.price_book_version = cost.price_book_version
         call.cost_usd = cost.total_usd
         call.cost_per_minute_usd = cost.per_minute_usd
+        outcome = record.outcome
+        if outcome is not None:
+            call.party = outcome.party
+            call.disposition = outcome.disposition
+            call.verified_at = outcome.verified_at
+            call.debt_id = outcome.debt_id
+            if outcome.promise is not None and outcome.debt_id is not None:
+                promise = outcome.promise
+                session.add(
+                    Promise(
+                        call_id=record.call_id,
+                        debt_id=outcome.debt_id,
+                        amount_cents=promise.amount_cents,
+                        due_date=promise.due_date,
+                        method=promise.method,
+                        created_at=record.ended_at,
+                    )
+                )
         session.add_all(
             CostLine(
                 call_id=record.call_id,

@@ -32,6 +32,8 @@ from pipecat.services.settings import STTSettings
 from pipecat.services.stt_service import STTService
 from pipecat.utils.time import time_now_iso8601
 
+from agent.understanding import redact_card_numbers
+
 logger = logging.getLogger(__name__)
 
 
@@ -140,13 +142,12 @@ class StreamingSTTService(STTService):
         seconds = float(event.get("audio_seconds") or 0.0)
         if seconds:
             await self.start_stt_usage_metrics(STTUsage(audio_seconds=seconds))
-        text = (event.get("text") or "").strip()
+        # C11: card digits never go further than this, not to the LLM, the store or a log.
+        text, _ = redact_card_numbers((event.get("text") or "").strip())
         if event.get("turn") is not None:
             self.confirm_finalize()
         if text:
-            await self.push_frame(
-                TranscriptionFrame(text, self._user_id, time_now_iso8601(), result=event)
-            )
+            await self.push_frame(TranscriptionFrame(text, self._user_id, time_now_iso8601()))
 
     async def run_stt(self, audio: bytes) -> AsyncGenerator[Frame | None, None]:
         if self._speaking:

@@ -10,7 +10,7 @@ The parts, all measured server-side on one clock:
 
     last voiced frame --endpointing--> turn committed --response--> first audio sent
     VAD stop --stt--> final transcript
-    LLM request --llm_ttft--> first token
+    reply requested --llm_ttft--> first token (of the LLM, or of the policy's template)
     TTS request --tts_ttfb--> first audio byte --transport_out--> first audio sent
     last voiced frame --voice_to_voice--> first audio sent
 
@@ -107,10 +107,14 @@ def _ms(start: int | None, end: int | None) -> float | None:
 
 @dataclass(frozen=True)
 class CallProcessors:
-    """The processors of one call whose frames mark the turn's moments."""
+    """The processors of one call whose frames mark the turn's moments.
+
+    ``thinkers`` compose the reply: the conversation policy (fixed texts) and/or
+    the LLM; the first of them receives the caller's finished turn.
+    """
 
     stt: FrameProcessor
-    llm: FrameProcessor
+    thinkers: tuple[FrameProcessor, ...]
     tts: FrameProcessor
     output: FrameProcessor
 
@@ -158,18 +162,20 @@ class TurnLedger(BaseObserver):
             if data.first_push:
                 self._commit(t)
         elif isinstance(frame, LLMContextFrame):
-            if data.destination is self._p.llm and self._turn is not None:
+            if data.destination is self._p.thinkers[0] and self._turn is not None:
                 # The user aggregator hands the context to the LLM just before it
                 # announces the end of the turn: either one commits the turn.
                 self._commit(t)
                 self._turn.llm_request = self._turn.llm_request or t
         elif isinstance(frame, LLMTextFrame):
             turn = self._turn
-            if src is self._p.llm and turn and turn.llm_request is not None:
+            thinking = turn is not None and turn.llm_request is not None
+            if data.first_push and src in self._p.thinkers and thinking:
+                assert turn is not None
                 turn.llm_first_token = turn.llm_first_token or t
         elif isinstance(frame, LLMFullResponseEndFrame):
-            if src is self._p.llm and self._turn and self._turn.llm_request is not None:
-                self._turn.llm_done = True
+            if data.first_push and src in self._p.thinkers and self._turn:
+                self._turn.llm_done = self._turn.llm_request is not None
         elif isinstance(frame, TTSStartedFrame):
             if src is self._p.tts and self._turn and self._turn.committed is not None:
                 self._turn.tts_request = self._turn.tts_request or t

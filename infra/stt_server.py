@@ -274,13 +274,14 @@ class ListenSession:
         }
         if turn is None:
             final["forced"] = True
+        # Never the words themselves: a caller may read out a card number (DOMAIN C11).
         logger.info(
-            "stream %r: turn %s, %.2f s of audio in %.0f ms: %r",
+            "stream %r: turn %s, %.2f s of audio in %.0f ms, %d characters",
             self.call_id,
             turn,
             seconds,
             processing_ms,
-            text,
+            len(text),
         )
         await self._ws.send_json(final)
 

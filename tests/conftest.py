@@ -6,6 +6,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
@@ -111,9 +112,15 @@ def db_engine(db_url: str) -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="session")
-def cpu_models(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelEndpoints]:
+def model_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the shared CPU model servers write their logs."""
+    return tmp_path_factory.mktemp("model-logs")
+
+
+@pytest.fixture(scope="session")
+def cpu_models(model_log_dir: Path) -> Iterator[ModelEndpoints]:
     """The embedded CPU model servers (Whisper tiny.en, Gemma 3 270M, Piper)."""
-    servers = asyncio.run(ModelServers.start(log_dir=tmp_path_factory.mktemp("model-logs")))
+    servers = asyncio.run(ModelServers.start(log_dir=model_log_dir))
     try:
         yield ModelEndpoints(servers.stt_url, servers.llm_url, servers.tts_url)
     finally:

@@ -2,16 +2,27 @@
 
 import asyncio
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from agent.call import Call
+from agent.models import Call as CallRow
+from agent.models import Debt
+from agent.portfolio import account_for, import_portfolio
+from agent.predial import DialRequest, check
 from agent.runtime import AgentRuntime
+from agent.scenarios import Scenario
+from agent.simulate import simulate_call
 from telephony.loopback import LoopbackTransport
 from tests.audio import speech_pcm
 from tests.conftest import settings_for
 
 pytestmark = pytest.mark.models
+DATA = Path(__file__).resolve().parent / "data"
 
 
 async def test_caller_speaking_over_the_agent_stops_its_audio(cpu_models, tmp_path):
@@ -41,3 +52,27 @@ async def test_caller_speaking_over_the_agent_stops_its_audio(cpu_models, tmp_pa
     assert not during_cut_in, f"agent still audible {during_cut_in[0] - cut_in_at:.2f} s in"
     assert any(t > greeting_started + 1.0 for t in caller.sound_log)
     assert summary.end_reason == "caller_hung_up"
+
+
+async def test_what_the_consumer_says_reaches_the_pre_dial_gate(cpu_models, db_url, db_engine):
+    # A call about a debt of the portfolio: "stop calling" must deny the next attempt (D7).
+    import_portfolio(db_engine, DATA / "portfolio.csv")
+    with Session(db_engine) as session:
+        debt = session.scalar(select(Debt).where(Debt.account_ref == "ACME-0002"))
+        account = account_for(session, debt.id)
+    scenario = Scenario(
+        "stop_on_stored_debt",
+        "stop calling, on a debt of the portfolio",
+        account,
+        ("Yes, this is Daniel Kim.", "Stop calling me."),
+    )
+    async with AgentRuntime(settings_for(cpu_models, db_url)) as ctx:
+        sim = await simulate_call(ctx, scenario)
+    assert sim.policy.disposition == "stop_calling"
+    with Session(db_engine) as session:
+        call = session.get(CallRow, sim.summary.call_id)
+        assert call.debt_id == debt.id and call.disposition == "stop_calling"
+        # Seattle, 10:00 on a Tuesday: only the opt-out can deny it.
+        at = datetime(2026, 12, 8, 18, 0, tzinfo=UTC)
+        decision = check(session, DialRequest(debt.id, "+12065550117", at))
+    assert not decision.allowed and decision.rule == "D7", decision

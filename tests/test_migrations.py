@@ -14,7 +14,17 @@ from sqlalchemy import Engine, inspect, text
 from agent.models import Base
 from agent.store import alembic_config, create_engine_for
 
-TABLES = {"calls", "turns", "cost_lines", "call_events"}
+TABLES = {
+    "calls",
+    "turns",
+    "cost_lines",
+    "call_events",
+    "consumers",
+    "phones",
+    "debts",
+    "contact_attempts",
+    "promises",
+}
 
 
 def table_names(url: str) -> set[str]:
@@ -51,7 +61,7 @@ def test_migrated_schema_matches_the_models(db_url: str) -> None:
         with engine.connect() as connection:
             head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
             current = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert current == head == "0001"
+            assert current == head == "0002"
     finally:
         engine.dispose()
 
@@ -85,3 +95,32 @@ def test_offline_sql_script(url: str) -> None:
     for table in TABLES:
         assert f"CREATE TABLE {table}" in script
     assert "ON DELETE CASCADE" in script
+
+
+def test_upgrade_to_0002_keeps_the_calls_already_recorded(empty_db_url: str) -> None:
+    """SQLite copies ``calls`` to add its foreign key: rows and their turns must survive."""
+    config = alembic_config(empty_db_url)
+    command.upgrade(config, "0001")
+    engine = create_engine_for(empty_db_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO calls (id, transport, direction, status, started_at)"
+                    " VALUES ('c1', 'sip', 'outbound', 'ended', '2026-12-01 15:00:00')"
+                )
+            )
+            connection.execute(
+                text("INSERT INTO turns (call_id, number, interrupted) VALUES ('c1', 1, false)")
+            )
+        command.upgrade(config, "head")
+        with engine.begin() as connection:
+            row = connection.execute(text("SELECT id, debt_id, party FROM calls")).one()
+            assert tuple(row) == ("c1", None, None)
+            assert connection.execute(text("SELECT call_id FROM turns")).scalar() == "c1"
+            # The children still point at the (copied) calls table: the cascade works.
+            connection.execute(text("DELETE FROM calls"))
+            assert connection.execute(text("SELECT count(*) FROM turns")).scalar() == 0
+        assert schema_differences(engine) == []
+    finally:
+        engine.dispose()

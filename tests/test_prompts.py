@@ -4,15 +4,17 @@ from agent.prompts import PromptSet
 
 
 def test_the_shipped_version_loads():
-    prompts = PromptSet.load("greeting-v1")
+    prompts = PromptSet.load("collections-v1")
     assert "automated assistant" in prompts.greeting  # the AI disclosure is in the first sentence
     assert "recorded" in prompts.greeting
+    assert "{consumer_name}" in prompts.greeting
+    assert "attempt to collect a debt" in prompts.templates["mini_miranda"]
     messages = prompts.example_messages()
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
 
 
 def test_an_unknown_version_names_the_known_ones():
-    with pytest.raises(ValueError, match="greeting-v1"):
+    with pytest.raises(ValueError, match="collections-v1"):
         PromptSet.load("v99")
 
 

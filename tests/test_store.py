@@ -507,7 +507,7 @@ def test_upgrade_works_from_any_directory(
         assert {"calls", "turns", "cost_lines", "call_events", "alembic_version"} <= tables
         with engine.connect() as connection:
             assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar() == (
-                "0001"
+                "0002"
             )
     finally:
         engine.dispose()

@@ -42,7 +42,7 @@ class Line:
         self.heard = []
         self.ledger = TurnLedger(
             CALL,
-            CallProcessors(stt=self.stt, llm=self.llm, tts=self.tts, output=self.out),
+            CallProcessors(stt=self.stt, thinkers=(self.llm,), tts=self.tts, output=self.out),
             sink=self.records.append,
             on_transcript=lambda who, text: self.heard.append((who, text)),
         )

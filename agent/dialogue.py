@@ -1,0 +1,151 @@
+"""The conversation policy and the output guard inside the call's pipeline.
+
+``PolicyProcessor`` sits where the caller's finished turn (the LLM context)
+leaves the user aggregator. It hands the turn's words to the policy and speaks
+the policy's fixed texts as the agent's reply, marked so the output guard knows
+they are vetted templates. When the policy ends the call, the pipeline is asked
+to end once the goodbye has been spoken.
+
+``GuardProcessor`` sits between the LLM and the TTS: every sentence the LLM
+writes is checked before it can be spoken; a blocked one is replaced by a safe
+fixed sentence and recorded as a compliance event.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pipecat.frames.frames import (
+    EndWorkerFrame,
+    Frame,
+    LLMContextFrame,
+    LLMFullResponseEndFrame,
+    LLMFullResponseStartFrame,
+    LLMTextFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from pipecat.utils.string import match_endofsentence
+
+from agent.guard import GuardContext, OutputGuard
+from agent.policy import ConversationPolicy, PolicyEvent, Reply
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TemplateTextFrame(LLMTextFrame):
+    """A fixed text of the policy: spoken verbatim, never rewritten by the guard."""
+
+
+EventSink = Callable[[PolicyEvent], None]
+
+
+class PolicyProcessor(FrameProcessor):
+    """Answers each caller turn with the policy's templates instead of free generation."""
+
+    def __init__(self, policy: ConversationPolicy, on_event: EventSink) -> None:
+        super().__init__()
+        self.policy = policy
+        self._on_event = on_event
+        self._reported = 0
+
+    async def speak(self, reply: Reply) -> None:
+        """Push ``reply`` as one agent response; end the call after it if it says so."""
+        self.report_events()
+        if reply.texts:
+            await self.push_frame(LLMFullResponseStartFrame())
+            for text in reply.texts:
+                await self.push_frame(TemplateTextFrame(text + " "))
+            await self.push_frame(LLMFullResponseEndFrame())
+        if reply.end_call:
+            await self.push_frame(EndWorkerFrame(reason=self.policy.disposition))
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMContextFrame) and direction is FrameDirection.DOWNSTREAM:
+            text = _last_caller_text(frame)
+            if text:
+                await self.speak(self.policy.on_caller_turn(text))
+            return
+        await self.push_frame(frame, direction)
+
+    def report_events(self) -> None:
+        """Hand the policy's events not yet reported to the sink (the call's store)."""
+        for event in self.policy.events[self._reported :]:
+            self._on_event(event)
+        self._reported = len(self.policy.events)
+
+
+def _last_caller_text(frame: LLMContextFrame) -> str:
+    for message in reversed(frame.context.get_messages()):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content.strip()
+        if isinstance(content, list):
+            return " ".join(p.get("text", "") for p in content if isinstance(p, dict)).strip()
+    return ""
+
+
+class GuardProcessor(FrameProcessor):
+    """Checks the LLM's output sentence by sentence before it reaches the TTS."""
+
+    def __init__(
+        self, policy: ConversationPolicy, on_event: EventSink, guard: OutputGuard | None = None
+    ) -> None:
+        super().__init__()
+        self._policy = policy
+        self._on_event = on_event
+        self._guard = guard or OutputGuard()
+        self._pending = ""
+
+    def _context(self) -> GuardContext:
+        a = self._policy.account
+        return GuardContext(
+            verified=self._policy.verified,
+            balance_cents=a.balance_cents,
+            creditor=a.creditor,
+            time_barred=a.time_barred,
+            max_discount_pct=a.max_discount_pct,
+            min_installment_cents=a.min_installment_cents,
+            max_term_months=a.max_term_months,
+            fees_allowed=a.fees_allowed,
+            consumer_name=a.consumer_name,
+        )
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, TemplateTextFrame):
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, LLMTextFrame):
+            self._pending += frame.text
+            while (end := match_endofsentence(self._pending)) > 0:
+                sentence, self._pending = self._pending[:end], self._pending[end:]
+                await self._check_and_push(sentence)
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            if self._pending.strip():
+                await self._check_and_push(self._pending)
+            self._pending = ""
+            await self.push_frame(frame, direction)
+        else:
+            await self.push_frame(frame, direction)
+
+    async def _check_and_push(self, sentence: str) -> None:
+        verdict = self._guard.check(sentence.strip(), self._context())
+        if verdict.allowed:
+            await self.push_frame(LLMTextFrame(sentence))
+            return
+        logger.warning("blocked a generated sentence (%s): %s", verdict.rule, verdict.reason)
+        self._on_event(
+            PolicyEvent(
+                "blocked_sentence",
+                {"rule": verdict.rule, "reason": verdict.reason},
+                datetime.now(UTC),
+            )
+        )
+        if verdict.replacement:
+            await self.push_frame(TemplateTextFrame(verdict.replacement + " "))
