@@ -72,6 +72,14 @@ def table(results: dict[str, list[TurnRecord]]) -> str:
     return "\n".join(rows)
 
 
+def _write_report(output: str, report: str) -> int:
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report)
+    print(f"\nwrote {path}")
+    return 0
+
+
 def _machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -118,11 +126,7 @@ async def run_turn_bench(settings: Settings, turns: int, output: str, only: str 
             "",
         ]
     )
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report)
-    print(f"\nwrote {path}")
-    return 0
+    return _write_report(output, report)
 
 
 def _guard_bench_corpus() -> tuple[list[tuple[str, bool]], list[str]]:
@@ -317,8 +321,4 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
             "",
         ]
     )
-    path = Path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(report)
-    print(f"\nwrote {path}")
-    return 0
+    return _write_report(output, report)

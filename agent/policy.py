@@ -293,11 +293,12 @@ class ConversationPolicy:
         intents = heard.intents
         if Intent.CALLBACK in intents:
             return self._callback(heard) if heard.date else self._ask_callback()
-        if Intent.PAY_IN_FULL in intents or (Intent.YES in intents and heard.amount_cents is None):
-            return self._accept(self.account.balance_cents, 1, heard)
-        if heard.amount_cents is not None or Intent.PAYMENT_OFFER in intents:
+        # An amount or a discount named is an offer, whatever "yes" came with it.
+        if heard.amount_cents is not None or heard.discount_pct is not None:
             return self._counter(heard)
-        if Intent.NO in intents:
+        if Intent.PAY_IN_FULL in intents or Intent.YES in intents:
+            return self._accept(self.account.balance_cents, 1, heard)
+        if Intent.NO in intents or Intent.PAYMENT_OFFER in intents:
             return self._ask(
                 "installment_floor", min_installment=dollars(self.account.min_installment_cents)
             )

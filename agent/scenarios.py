@@ -13,6 +13,7 @@ takes any other. A script names only what differs from the demo account::
       - March 5th 1980.
     expect:                  # optional; the simulator fails if the call ends otherwise
       disposition: promise_to_pay
+      promise: 840           # dollars promised (a month, for a plan)
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ DEMO_ACCOUNT: dict[str, Any] = {
     "max_term_months": 12,
 }
 ACCOUNT_FIELDS = frozenset(DEMO_ACCOUNT)
-EXPECT_FIELDS = frozenset({"disposition", "party"})
+EXPECT_FIELDS = frozenset({"disposition", "party", "promise"})
 
 
 class ScriptError(ValueError):
@@ -125,6 +126,16 @@ def load_script(path: Path) -> Scenario:
 def builtin_scenarios() -> dict[str, Scenario]:
     """The scripts shipped in ``agent/scenarios/``, by name."""
     return {p.stem: load_script(p) for p in sorted(SCENARIO_DIR.glob("*.yaml"))}
+
+
+def outcome_of(policy: ConversationPolicy) -> dict[str, str | None]:
+    """How a conversation ended, in the terms of a script's ``expect``."""
+    promise = policy.promise
+    return {
+        "disposition": policy.disposition,
+        "party": policy.party,
+        "promise": f"{promise.amount_cents / 100:g}" if promise else None,
+    }
 
 
 @dataclass

@@ -24,7 +24,7 @@ from agent.config import Settings
 from agent.policy import ConversationPolicy, Templates
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
-from agent.scenarios import Scenario
+from agent.scenarios import Scenario, outcome_of
 from agent.understanding import redact_card_numbers
 from telephony.loopback import LoopbackTransport
 
@@ -73,15 +73,11 @@ class SimulatedCall:
 
     def unmet_expectations(self) -> list[str]:
         """How the call's ending differs from what the script expects (empty: as expected)."""
-        policy = self.policy
-        got = {
-            "disposition": policy.disposition if policy else None,
-            "party": policy.party if policy else None,
-        }
+        got = outcome_of(self.policy) if self.policy else {}
         return [
             f"{key}: expected {want}, got {got[key]}"
             for key, want in self.scenario.expect.items()
-            if got[key] != want
+            if got.get(key) != want
         ]
 
 

@@ -101,6 +101,10 @@ def test_c6_an_offer_outside_the_envelope_is_countered_at_its_edge():
     said = turns(policy, "I want a ninety percent discount.")
     assert "$840" in said[0] and "30 percent" in said[0]
     assert "offer_outside_envelope" in kinds(policy)
+    # "I'll pay" said with a discount is no agreement to the balance (Whisper writes "90%").
+    conditional = verified(max_discount_pct=30, balance=1200)
+    said = turns(conditional, "I'll only pay if you give me a 90% discount.")
+    assert "$840" in said[0] and conditional.stage is Stage.NEGOTIATION
     small = verified(min_installment=50)
     assert "$50 a month" in turns(small, "I can do twenty dollars a month.")[0]
     long = verified(balance=1200, max_term_months=12, min_installment=50)

@@ -5,7 +5,7 @@ import datetime as dt
 import pytest
 
 from agent.prompts import PromptSet
-from agent.scenarios import ScriptError, builtin_scenarios, converse, load_script
+from agent.scenarios import ScriptError, builtin_scenarios, converse, load_script, outcome_of
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
 PROMPTS = PromptSet.load("collections-v1")
@@ -15,7 +15,7 @@ PROMPTS = PromptSet.load("collections-v1")
 def test_builtin_scenario_ends_as_its_script_expects(name):
     scenario = builtin_scenarios()[name]
     transcript = converse(scenario, PROMPTS, TODAY)
-    got = {"disposition": transcript.policy.disposition, "party": transcript.policy.party}
+    got = outcome_of(transcript.policy)
     for key, want in scenario.expect.items():
         assert got[key] == want, "\n".join(f"{who}: {text}" for who, text in transcript.lines)
 
