@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any, cast
 
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 from pipecat.frames.frames import EndFrame, TTSSpeakFrame
@@ -143,7 +144,7 @@ class Call:
             system_instruction=self._ctx.prompts.system,
         )
         tts = StreamingTTSService(url=models.tts_url, session=self._ctx.sessions.session("tts"))
-        context = LLMContext(messages=self._ctx.prompts.example_messages())
+        context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
         aggregators = LLMContextAggregatorPair(
             context,
             user_params=LLMUserAggregatorParams(

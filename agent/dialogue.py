@@ -81,7 +81,7 @@ class PolicyProcessor(FrameProcessor):
 
 def _last_caller_text(frame: LLMContextFrame) -> str:
     for message in reversed(frame.context.get_messages()):
-        if message.get("role") != "user":
+        if not isinstance(message, dict) or message.get("role") != "user":
             continue
         content = message.get("content")
         if isinstance(content, str):

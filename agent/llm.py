@@ -44,5 +44,13 @@ class ChatCompletionsLLMService(OpenAILLMService):
             **kwargs,
         )
 
-    def create_client(self, api_key: Any = None, base_url: Any = None, **kwargs: Any) -> Any:
+    def create_client(
+        self,
+        api_key: Any = None,
+        base_url: Any = None,
+        organization: Any = None,
+        project: Any = None,
+        default_headers: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         return self._sessions.openai_client(base_url=base_url, api_key=api_key)

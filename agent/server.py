@@ -36,7 +36,6 @@ logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 CTX = web.AppKey("ctx", CallContext)
-CALLS = web.AppKey("calls", "LiveCalls")
 
 
 @dataclass
@@ -82,6 +81,9 @@ class LiveCalls:
 
     def tasks(self) -> list[asyncio.Task[Any]]:
         return [c.task for c in self._calls.values() if c.task and not c.task.done()]
+
+
+CALLS = web.AppKey("calls", LiveCalls)
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -85,9 +85,11 @@ async def simulate_call(
     ctx: CallContext, scenario: Scenario, voice: CallerVoice | None = None
 ) -> SimulatedCall:
     """Hold one call of ``scenario`` against the agent; returns when it is stored."""
-    voice = voice or await asyncio.to_thread(CallerVoice, ctx.settings.audio_in_sample_rate)
-    lines = [await asyncio.to_thread(voice.say, text) for text in scenario.lines]
-    line = LoopbackTransport(sample_rate=voice.sample_rate)
+    if voice is None:
+        voice = await asyncio.to_thread(CallerVoice, ctx.settings.audio_in_sample_rate)
+    speaker = voice
+    lines = [await asyncio.to_thread(speaker.say, text) for text in scenario.lines]
+    line = LoopbackTransport(sample_rate=speaker.sample_rate)
     policy = ConversationPolicy(scenario.account, Templates(ctx.prompts.templates), date.today())
     call = Call(ctx, line, transport_name="loopback", scenario=scenario.name, policy=policy)
     started = asyncio.Event()
@@ -109,7 +111,7 @@ async def simulate_call(
                 CallerTurn(
                     text=text,
                     heard_after_ms=(heard.first_sound_at - finished_speaking) * 1000,
-                    agent_audio_s=len(heard.audio) / (2 * voice.sample_rate),
+                    agent_audio_s=len(heard.audio) / (2 * speaker.sample_rate),
                 )
             )
             logger.info(

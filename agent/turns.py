@@ -154,9 +154,9 @@ class TurnLedger(BaseObserver):
                 self._start_turn()
         elif isinstance(frame, TranscriptionFrame):
             if src is self._p.stt:
-                turn = self._turn or self._start_turn()
-                turn.transcript = t
-                turn.user_text.append(frame.text)
+                current = self._turn or self._start_turn()
+                current.transcript = t
+                current.user_text.append(frame.text)
                 self._publish("caller", frame.text)
         elif isinstance(frame, UserStoppedSpeakingFrame):
             if data.first_push:
