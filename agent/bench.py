@@ -213,22 +213,15 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
     from pipecat.utils.string import match_endofsentence
 
     from agent.guard import GuardContext, OutputGuard
+    from agent.scenarios import account_from
     from agent.understanding import redact_card_numbers, understand
 
     agent, caller = _guard_bench_corpus()
     guard = OutputGuard()
-    verified = GuardContext(
-        verified=True,
-        balance_cents=120_000,
-        creditor="Acme Bank, N.A.",
-        time_barred=False,
-        max_discount_pct=30.0,
-        min_installment_cents=5_000,
-        max_term_months=12,
-        fees_allowed=False,
-        consumer_name="Jordan Smith",
-    )
-    unverified = dataclasses.replace(verified, verified=False)
+    # The demo account: balance $1,200, 30 % off at most, $50 a month, 12 months.
+    demo = account_from({})
+    verified = GuardContext.for_account(demo, verified=True)
+    unverified = GuardContext.for_account(demo, verified=False)
     trivial = re.compile(r"\bfee\b")
     today = dt.date(2026, 12, 2)
 

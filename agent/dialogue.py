@@ -104,18 +104,7 @@ class GuardProcessor(FrameProcessor):
         self._pending = ""
 
     def _context(self) -> GuardContext:
-        a = self._policy.account
-        return GuardContext(
-            verified=self._policy.verified,
-            balance_cents=a.balance_cents,
-            creditor=a.creditor,
-            time_barred=a.time_barred,
-            max_discount_pct=a.max_discount_pct,
-            min_installment_cents=a.min_installment_cents,
-            max_term_months=a.max_term_months,
-            fees_allowed=a.fees_allowed,
-            consumer_name=a.consumer_name,
-        )
+        return GuardContext.for_account(self._policy.account, verified=self._policy.verified)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)

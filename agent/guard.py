@@ -38,6 +38,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from agent.policy import Account
 from agent.understanding import NUMBER_PATTERN, find_money, parse_number, redact_card_numbers
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,21 @@ class GuardContext:
     max_term_months: int
     fees_allowed: bool
     consumer_name: str
+
+    @classmethod
+    def for_account(cls, account: Account, *, verified: bool) -> GuardContext:
+        """The context of a call about ``account``, verified or not yet."""
+        return cls(
+            verified=verified,
+            balance_cents=account.balance_cents,
+            creditor=account.creditor,
+            time_barred=account.time_barred,
+            max_discount_pct=account.max_discount_pct,
+            min_installment_cents=account.min_installment_cents,
+            max_term_months=account.max_term_months,
+            fees_allowed=account.fees_allowed,
+            consumer_name=account.consumer_name,
+        )
 
 
 @dataclass(frozen=True)
