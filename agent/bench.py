@@ -11,8 +11,10 @@ detection, frame hops, HTTP and websocket round trips, pacing).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from agent.config import Settings
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
 from agent.scenarios import builtin_scenarios
-from agent.simulate import PARTS, CallerVoice, summarize
+from agent.simulate import PARTS, CallerVoice
 
 #: The caller script the benchmark repeats: a whole conversation, verification to promise.
 BENCH_SCENARIO = "pays_in_full"
@@ -50,6 +52,12 @@ async def measure(settings: Settings, config: str, turns: int) -> list[TurnRecor
     return collected[:turns]
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-quantile of ``values`` by nearest rank (a value that was measured)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
 def table(results: dict[str, list[TurnRecord]]) -> str:
     """Markdown table: one row per latency part, median and p95 per configuration."""
     configs = list(results)
@@ -61,7 +69,7 @@ def table(results: dict[str, list[TurnRecord]]) -> str:
         for config in configs:
             values = [v for t in results[config] if (v := getattr(t, name)) is not None]
             if values:
-                p50, p95 = summarize(values)
+                p50, p95 = percentile(values, 0.5), percentile(values, 0.95)
                 cells.append(f"{p50:.0f} | {p95:.0f}")
             else:
                 cells.append("- | -")
@@ -189,15 +197,6 @@ def _guard_bench_corpus() -> tuple[list[tuple[str, bool]], list[str]]:
     return agent, caller
 
 
-def _percentile(ns: list[int], q: float) -> float:
-    """The q-quantile of ``ns`` nanoseconds, in microseconds (nearest rank)."""
-    import math
-
-    ordered = sorted(ns)
-    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[index] / 1000
-
-
 def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2000) -> int:
     """``python -m agent bench guard``: the output guard and the turn reader, per sentence.
 
@@ -269,8 +268,8 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
         samples["understand"].append(t6 - t5)
     samples["guard"] = samples["allowed"] + samples["blocked"]
 
-    floor = _percentile(samples["baseline"], 0.5)
-    aggregation = _percentile(samples["aggregation"], 0.5)
+    floor = percentile(samples["baseline"], 0.5) / 1000
+    aggregation = percentile(samples["aggregation"], 0.5) / 1000
     rows = [
         ("baseline", "one `re.search` of a trivial pattern, per sentence (floor)"),
         ("aggregation", "pipecat sentence aggregation, per sentence (baseline)"),
@@ -286,9 +285,9 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
     ]
     for key, label in rows:
         ns = samples[key]
-        p50 = _percentile(ns, 0.5)
+        p50 = percentile(ns, 0.5) / 1000
         lines.append(
-            f"| {label} | {len(ns)} | {p50:.1f} | {_percentile(ns, 0.99):.1f} | "
+            f"| {label} | {len(ns)} | {p50:.1f} | {percentile(ns, 0.99) / 1000:.1f} | "
             f"{p50 / aggregation:.2f} | {p50 / floor:.0f} |"
         )
     text = "\n".join(lines)

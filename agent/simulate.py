@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 from dataclasses import dataclass, field
 from datetime import date
 
@@ -149,13 +148,6 @@ def turn_table(turns: list[TurnRecord]) -> str:
         cells = "  ".join(f"{_cell(getattr(t, name)):>9}" for name, _ in PARTS)
         rows.append(f"{t.number:>4}  {cells}  {(t.user_text or '')[:40]}")
     return "\n".join(rows)
-
-
-def summarize(values: list[float]) -> tuple[float, float]:
-    """Median and p95 (nearest rank) of ``values``."""
-    ordered = sorted(values)
-    rank = max(0, int(np.ceil(0.95 * len(ordered))) - 1)
-    return statistics.median(ordered), ordered[rank]
 
 
 def print_call(sim: SimulatedCall) -> None:
