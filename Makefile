@@ -18,8 +18,8 @@ $(VENV)/.installed: pyproject.toml
 
 # What the tests drive besides Python: a real browser, network namespaces, sox.
 system-test-deps:
-	@if ! command -v chromium >/dev/null || ! command -v ip >/dev/null || ! command -v sox >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox >/dev/null; \
+	@if ! command -v chromium >/dev/null || ! command -v ip >/dev/null || ! command -v sox >/dev/null || ! command -v sipp >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox sip-tester >/dev/null; \
 	fi
 
 run: $(VENV)/.installed

@@ -1,0 +1,65 @@
+"""What every way a call reaches the agent offers it: a phone line.
+
+A line is a pipecat transport (audio frames in and out at the call's rate; the
+caller's DTMF digits arrive as pipecat ``InputDTMFFrame``s, digits the agent
+sends go out as ``OutputDTMFFrame``s) plus the call control a contact center
+needs: answer, hang up, hold, transfer, and what is known of the call. The
+agent's pipeline works on the transport alone, so it never knows whether a
+call came over SIP, WebRTC, a carrier's media stream or a LiveKit room.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pipecat.transports.base_transport import BaseTransport
+
+
+class LineError(RuntimeError):
+    """A call-control request the line cannot carry out (the message says why)."""
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """What the network told us about a call, for the call record and the pre-dial gate."""
+
+    #: How the call arrived: ``sip``, ``webrtc``, ``twilio``, ``telnyx``, ``livekit``, ``loopback``.
+    path: str
+    direction: str = "inbound"
+    #: The consumer's number (E.164 where the network gives one), caller id inbound,
+    #: dialed number outbound.
+    remote_number: str | None = None
+    #: Our number or address on the call (the DID dialed, the trunk's number).
+    local_number: str | None = None
+    #: The network's own id for the call (SIP Call-ID, carrier call SID, room name).
+    network_id: str | None = None
+    sample_rate: int = 8000
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class PhoneLine(Protocol):
+    """One call on one path; see the module docstring."""
+
+    info: CallInfo
+
+    def transport(self) -> BaseTransport:
+        """The pipecat transport that carries this call's audio and DTMF."""
+        ...
+
+    async def answer(self) -> None:
+        """Pick up an inbound call (no-op once answered, or for an outbound one)."""
+        ...
+
+    async def hang_up(self) -> None:
+        """End the call from our side; safe to call more than once."""
+        ...
+
+    async def hold(self, on: bool) -> None:
+        """Put the caller on hold (no audio either way) or take them off it."""
+        ...
+
+    async def transfer(self, target: str) -> None:
+        """Hand the caller to ``target`` (a SIP URI or number); raises ``LineError`` when
+        the path cannot transfer."""
+        ...

@@ -1,0 +1,631 @@
+"""The SIP user agent: one UDP endpoint that answers and places calls (RFC 3261, 3264, 3515).
+
+``SipEndpoint`` listens on host:port. An inbound INVITE gets 100 Trying (from the transaction
+layer), a digest challenge when the source is not allowed outright, 488 when no codec is shared,
+then 180 Ringing and the application's ``on_call(call)``; ``await call.answer()`` sends the 200
+with our SDP answer and waits for the ACK. ``await endpoint.invite(uri)`` dials out and returns a
+:class:`DialResult` the dialer records. Media is an RTP session per call, opened through the
+``media`` factory; audio frames go through the pipecat transport ``transport_factory`` builds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from pipecat.transports.base_transport import BaseTransport
+
+from telephony.line import CallInfo, LineError
+from telephony.sip import sdp
+from telephony.sip.auth import AuthError, DigestChallenger, authorization
+from telephony.sip.dialog import Dialog
+from telephony.sip.message import (
+    NameAddr,
+    SipRequest,
+    SipResponse,
+    make_response,
+    new_branch,
+    new_tag,
+    uri_host_port,
+    uri_user,
+)
+from telephony.sip.transaction import (
+    ServerTransaction,
+    Timers,
+    TransactionLayer,
+    TransactionTimeout,
+)
+
+log = logging.getLogger(__name__)
+ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"
+Address = tuple[str, int]
+
+
+class MediaSession(Protocol):
+    """What the UA needs of a call's RTP session (telephony/rtp.py's ``RtpSession``)."""
+
+    @property
+    def local_address(self) -> Address: ...
+
+    def start(
+        self, remote: Address, codec: str, dtmf_payload_type: int | None, direction: str
+    ) -> None: ...
+
+    def update(self, *, remote: Address | None = None, direction: str | None = None) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+MediaFactory = Callable[[str], Awaitable[MediaSession]]
+
+
+async def open_rtp(host: str) -> MediaSession:
+    """The default media factory: our RTP engine, imported when the first call needs it."""
+    from telephony.rtp import RtpSession
+
+    return await RtpSession.open(host, port=0)
+
+
+@dataclass
+class DialResult:
+    """How an outbound attempt ended: ``answered``, ``busy``, ``no_answer`` or ``failed``."""
+
+    outcome: str
+    status: int | None = None
+    reason: str = ""
+    call: SipCall | None = None
+
+
+class RateLimiter:
+    """A token bucket per source address for new requests."""
+
+    def __init__(self, rate: float, burst: float) -> None:
+        self.rate, self.burst = rate, burst
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, source: str) -> bool:
+        now = time.monotonic()
+        tokens, last = self._buckets.get(source, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if len(self._buckets) > 10_000:
+            self._buckets.clear()
+        if tokens < 1:
+            self._buckets[source] = (tokens, now)
+            return False
+        self._buckets[source] = (tokens - 1, now)
+        return True
+
+
+class SipCall:
+    """One SIP call; a :class:`telephony.line.PhoneLine`."""
+
+    def __init__(
+        self,
+        endpoint: SipEndpoint,
+        dialog: Dialog,
+        media: MediaSession,
+        local: sdp.LocalSession,
+        info: CallInfo,
+    ) -> None:
+        self.endpoint, self.dialog, self.media, self.local = endpoint, dialog, media, local
+        self.info = info
+        self.state = "ringing" if info.direction == "inbound" else "calling"
+        self.ended = asyncio.Event()
+        self.end_reason = ""
+        self.negotiated: sdp.Media | None = None
+        self.invite_txn: ServerTransaction | None = None
+        self.direction = "sendrecv"
+        self._ack_waiters: dict[int, asyncio.Event] = {}
+        self._transport: BaseTransport | None = None
+        self._last_ack: SipRequest | None = None
+
+    def transport(self) -> BaseTransport:
+        """``transport_factory(call)`` when the endpoint has one, else our RTP transport."""
+        if self._transport is None:
+            if self.endpoint.transport_factory is not None:
+                self._transport = self.endpoint.transport_factory(self)
+            else:
+                from telephony.rtp import RtpSession
+                from telephony.sip_transport import SipTransport
+
+                if not isinstance(self.media, RtpSession):
+                    raise LineError("the default SIP transport needs an RtpSession for media")
+                self._transport = SipTransport(self.media)
+        return self._transport
+
+    async def answer(self) -> None:
+        if self.state != "ringing" or self.invite_txn is None or self.negotiated is None:
+            return
+        body = self.local.answer(self.negotiated)
+        await self._start_media(self.negotiated)
+        self.state = "confirmed"
+        if not await self._send_2xx(self.invite_txn, body):
+            await self._end("no ACK for our 200 (timer H)", send_bye=True)
+            raise LineError("the caller never acknowledged our answer")
+
+    async def hang_up(self) -> None:
+        if self.state == "ringing" and self.invite_txn is not None:
+            self.invite_txn.respond(self._response(self.invite_txn.request, 603))
+            await self._end("declined")
+        elif self.state == "confirmed":
+            await self._end("hung up by the agent", send_bye=True)
+
+    async def hold(self, on: bool) -> None:
+        if self.state != "confirmed" or self.negotiated is None:
+            raise LineError("only an answered call can be put on hold")
+        direction = "sendonly" if on else "sendrecv"
+        media = self.negotiated
+        body = self.local.describe(
+            [(media.payload_type, media.codec)], media.dtmf_payload_type, direction
+        )
+        response = await self._in_dialog("INVITE", body)
+        if response.status >= 300:
+            raise LineError(f"hold re-INVITE refused: {response.status} {response.reason}")
+        ack = self.dialog.request(
+            "ACK", self.endpoint.via, self.endpoint.contact, cseq=response.cseq[0]
+        )
+        self._last_ack = ack
+        self.endpoint.layer_send(ack, self.dialog.destination())
+        self.direction = direction
+        self.media.update(direction=direction)
+
+    async def transfer(self, target: str) -> None:
+        if self.state != "confirmed":
+            raise LineError("only an answered call can be transferred")
+        response = await self._in_dialog("REFER", b"", [("Refer-To", f"<{target}>")])
+        if response.status >= 300:
+            raise LineError(f"REFER refused: {response.status} {response.reason}")
+        await self._end(f"transferred to {target}", send_bye=True)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _response(self, request: SipRequest, status: int, body: bytes = b"") -> SipResponse:
+        return make_response(
+            request,
+            status,
+            to_tag=self.dialog.local_tag,
+            body=body,
+            headers=[("Contact", f"<{self.endpoint.contact}>"), ("Allow", ALLOW)]
+            if status < 300
+            else None,
+        )
+
+    async def _start_media(self, media: sdp.Media) -> None:
+        self.negotiated = media
+        dtmf = media.dtmf_payload_type
+        self.media.start(
+            remote=(media.remote_ip, media.remote_port),
+            codec=media.codec,
+            dtmf_payload_type=dtmf if dtmf is not None and 96 <= dtmf <= 127 else None,
+            direction=media.direction,
+        )
+
+    async def _send_2xx(self, txn: ServerTransaction, body: bytes) -> bool:
+        """Send a 2xx and retransmit it (T1 doubling to T2) until the ACK or 64*T1 (§13.3.1.4)."""
+        response = self._response(txn.request, 200, body)
+        acked = asyncio.Event()
+        self._ack_waiters[txn.request.cseq[0]] = acked
+        txn.respond(response)
+        timers = self.endpoint.timers
+        interval, deadline = timers.t1, self.endpoint.loop.time() + timers.timeout
+        try:
+            while not acked.is_set():
+                remaining = deadline - self.endpoint.loop.time()
+                if remaining <= 0 or self.ended.is_set():
+                    return acked.is_set()
+                try:
+                    await asyncio.wait_for(acked.wait(), min(interval, remaining))
+                except TimeoutError:
+                    self.endpoint.layer_send(response, txn.source)
+                    interval = min(2 * interval, timers.t2)
+            return True
+        finally:
+            self._ack_waiters.pop(txn.request.cseq[0], None)
+
+    def on_ack(self, request: SipRequest) -> None:
+        waiter = self._ack_waiters.get(request.cseq[0])
+        if waiter is not None:
+            waiter.set()
+
+    async def _in_dialog(
+        self, method: str, body: bytes, headers: list[tuple[str, str]] | None = None
+    ) -> SipResponse:
+        request = self.dialog.request(method, self.endpoint.via, self.endpoint.contact)
+        for name, value in headers or []:
+            request.headers.add(name, value)
+        if body:
+            request.headers.add("Content-Type", "application/sdp")
+            request.body = body
+        txn = self.endpoint.layer.request(request, self.dialog.destination())
+        try:
+            return await txn.final
+        except TransactionTimeout as exc:
+            raise LineError(f"no answer to {method}") from exc
+
+    async def on_request(self, txn: ServerTransaction) -> None:
+        request = txn.request
+        if not self.dialog.accept_cseq(request):
+            txn.respond(make_response(request, 500, headers=[("Retry-After", "1")]))
+            return
+        if request.method == "BYE":
+            txn.respond(make_response(request, 200))
+            await self._end("hung up by the caller")
+        elif request.method == "INVITE":
+            await self._on_reinvite(txn)
+        elif request.method == "NOTIFY":
+            txn.respond(make_response(request, 200))
+        else:
+            txn.respond(make_response(request, 501, headers=[("Allow", ALLOW)]))
+
+    async def _on_reinvite(self, txn: ServerTransaction) -> None:
+        try:
+            media = sdp.negotiate(sdp.parse(txn.request.body))
+        except sdp.SdpError as exc:
+            txn.respond(make_response(txn.request, 488, headers=[("Warning", f'305 - "{exc}"')]))
+            return
+        previous = self.negotiated
+        self.negotiated = media
+        self.direction = media.direction
+        if previous is not None and (previous.remote_ip, previous.remote_port) != (
+            media.remote_ip,
+            media.remote_port,
+        ):
+            self.media.update(remote=(media.remote_ip, media.remote_port))
+        self.media.update(direction=media.direction)
+        await self._send_2xx(txn, self.local.answer(media))
+
+    async def _end(self, reason: str, send_bye: bool = False) -> None:
+        if self.state == "ended":
+            return
+        self.state = "ended"
+        self.end_reason = reason
+        self.endpoint.calls.pop(self.dialog.call_id, None)
+        if send_bye:
+            request = self.dialog.request("BYE", self.endpoint.via, self.endpoint.contact)
+            txn = self.endpoint.layer.request(request, self.dialog.destination())
+            try:
+                await txn.final
+            except TransactionTimeout:
+                log.info("no answer to our BYE on %s", self.dialog.call_id)
+        await self.media.close()
+        self.ended.set()
+        log.info("SIP call %s ended: %s", self.dialog.call_id, reason)
+
+
+class SipEndpoint:
+    """Our SIP user agent on one UDP address; see the module docstring."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int = 5060,
+        *,
+        on_call: Callable[[SipCall], Awaitable[None]],
+        credentials: Mapping[str, str] | None = None,
+        realm: str = "collections-agent",
+        allow: Iterable[str] = (),
+        trunk_auth: tuple[str, str] | None = None,
+        outbound_proxy: str | None = None,
+        media: MediaFactory = open_rtp,
+        transport_factory: Callable[[SipCall], BaseTransport] | None = None,
+        timers: Timers | None = None,
+        rate: float = 20.0,
+        burst: float = 40.0,
+    ) -> None:
+        self.host, self.port = host, port
+        self.on_call = on_call
+        self.challenger = DigestChallenger(realm, credentials) if credentials else None
+        self.allow = [ipaddress.ip_network(net, strict=False) for net in allow]
+        self.trunk_auth, self.outbound_proxy = trunk_auth, outbound_proxy
+        self.media, self.transport_factory = media, transport_factory
+        self.timers = timers or Timers()
+        self.limiter = RateLimiter(rate, burst)
+        self.calls: dict[str, SipCall] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._layer: TransactionLayer | None = None
+        self.loop = asyncio.get_event_loop()
+
+    @property
+    def layer(self) -> TransactionLayer:
+        if self._layer is None:
+            raise RuntimeError("SipEndpoint.start() has not run")
+        return self._layer
+
+    @property
+    def via(self) -> str:
+        return f"SIP/2.0/UDP {self.host}:{self.port}"
+
+    @property
+    def contact(self) -> str:
+        return f"sip:agent@{self.host}:{self.port}"
+
+    def layer_send(self, message: SipRequest | SipResponse, address: Address) -> None:
+        self.layer.send(message, address)
+
+    async def start(self) -> None:
+        """Bind the UDP socket (port 0 picks a free one; ``self.port`` then holds it)."""
+        self.loop = asyncio.get_running_loop()
+        _, protocol = await self.loop.create_datagram_endpoint(
+            lambda: TransactionLayer(self._on_request, self._on_stray, self.timers),
+            local_addr=(self.host, self.port),
+        )
+        self._layer = protocol
+        assert protocol.transport is not None
+        self.port = protocol.transport.get_extra_info("sockname")[1]
+        log.info("SIP endpoint listening on udp %s:%d", self.host, self.port)
+
+    async def close(self) -> None:
+        """Hang up every call and close the socket."""
+        for call in list(self.calls.values()):
+            await call.hang_up()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._layer is not None:
+            self._layer.close()
+
+    def _spawn(self, coroutine: Awaitable[None]) -> None:
+        async def run() -> None:
+            try:
+                await coroutine
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("SIP handler failed")
+
+        task = asyncio.ensure_future(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _allowed(self, source: str) -> bool:
+        address = ipaddress.ip_address(source)
+        return any(address in net for net in self.allow)
+
+    # -- inbound --------------------------------------------------------------------------
+
+    def _on_request(self, txn: ServerTransaction) -> None:
+        request, source = txn.request, txn.source
+        if not self.limiter.allow(source[0]):
+            txn.respond(make_response(request, 503, headers=[("Retry-After", "1")]))
+            return
+        call = self.calls.get(request.call_id)
+        to_tag = NameAddr.parse(request.headers.get("To") or "").tag
+        if request.method == "CANCEL":
+            self._spawn(self._on_cancel(txn))
+        elif request.method == "OPTIONS" and to_tag is None:
+            txn.respond(
+                make_response(
+                    request,
+                    200,
+                    to_tag=new_tag(),
+                    headers=[("Allow", ALLOW), ("Accept", "application/sdp")],
+                )
+            )
+        elif to_tag is not None:
+            if call is None or not call.dialog.matches(request):
+                txn.respond(make_response(request, 481))
+            else:
+                self._spawn(call.on_request(txn))
+        elif request.method == "INVITE":
+            self._spawn(self._on_invite(txn))
+        elif request.method == "BYE":
+            txn.respond(make_response(request, 481))
+        else:
+            txn.respond(
+                make_response(
+                    request, 405 if request.method in ALLOW else 501, headers=[("Allow", ALLOW)]
+                )
+            )
+
+    def _on_stray(self, message: SipRequest | SipResponse, source: Address) -> None:
+        call = self.calls.get(message.call_id)
+        if call is None:
+            return
+        if isinstance(message, SipRequest):
+            call.on_ack(message)
+        elif 200 <= message.status < 300 and call._last_ack is not None:
+            self.layer_send(call._last_ack, source)  # our ACK was lost: the 2xx came again
+
+    async def _on_invite(self, txn: ServerTransaction) -> None:
+        request = txn.request
+        if not self._allowed(txn.source[0]):
+            if self.challenger is not None:
+                verdict = self.challenger.check(request.headers.get("Authorization"), "INVITE")
+                if verdict != "ok":
+                    txn.respond(
+                        make_response(
+                            request,
+                            401,
+                            to_tag=new_tag(),
+                            headers=[
+                                ("WWW-Authenticate", self.challenger.challenge(verdict == "stale"))
+                            ],
+                        )
+                    )
+                    return
+            elif self.allow:
+                txn.respond(make_response(request, 403, to_tag=new_tag()))
+                return
+        try:
+            media = sdp.negotiate(sdp.parse(request.body))
+        except sdp.SdpError as exc:
+            txn.respond(
+                make_response(
+                    request, 488, to_tag=new_tag(), headers=[("Warning", f'305 - "{exc}"')]
+                )
+            )
+            return
+        session = await self.media(self.host)
+        dialog = Dialog.as_uas(request, new_tag())
+        info = CallInfo(
+            path="sip",
+            direction="inbound",
+            remote_number=uri_user(dialog.remote_uri),
+            local_number=uri_user(request.uri),
+            network_id=request.call_id,
+            extra={"remote_address": f"{txn.source[0]}:{txn.source[1]}"},
+        )
+        call = SipCall(
+            self, dialog, session, sdp.LocalSession(self.host, session.local_address[1]), info
+        )
+        call.invite_txn, call.negotiated = txn, media
+        self.calls[request.call_id] = call
+        txn.respond(
+            make_response(
+                request, 180, to_tag=dialog.local_tag, headers=[("Contact", f"<{self.contact}>")]
+            )
+        )
+        try:
+            await self.on_call(call)
+        except Exception:
+            log.exception("on_call failed for %s", request.call_id)
+            if call.state == "ringing":
+                txn.respond(make_response(request, 500, to_tag=dialog.local_tag))
+                await call._end("application error")
+            else:
+                await call.hang_up()
+
+    async def _on_cancel(self, txn: ServerTransaction) -> None:
+        request = txn.request
+        via = request.top_via()
+        invite = self.layer.server.get((via.branch, via.sent_by, "INVITE"))
+        if invite is None:
+            txn.respond(make_response(request, 481))
+            return
+        txn.respond(make_response(request, 200))
+        if invite.final:
+            return
+        call = self.calls.get(request.call_id)
+        to_tag = call.dialog.local_tag if call is not None else new_tag()
+        invite.respond(make_response(invite.request, 487, to_tag=to_tag))
+        if call is not None:
+            await call._end("cancelled by the caller")
+
+    # -- outbound -------------------------------------------------------------------------
+
+    async def invite(
+        self, uri: str, *, caller: str | None = None, ring_timeout: float = 45.0
+    ) -> DialResult:
+        """Dial ``uri`` (through ``outbound_proxy`` when set) and wait for the outcome."""
+        try:
+            host, port = uri_host_port(self.outbound_proxy or uri)
+            infos = await self.loop.getaddrinfo(host, port, type=2)  # SOCK_DGRAM
+        except (ValueError, OSError) as exc:
+            return DialResult("failed", reason=f"cannot reach {uri}: {exc}")
+        destination: Address = (str(infos[0][4][0]), int(infos[0][4][1]))
+        session = await self.media(self.host)
+        local = sdp.LocalSession(self.host, session.local_address[1])
+        user = caller or "agent"
+        invite = SipRequest(method="INVITE", uri=uri)
+        invite.headers.add("Via", f"{self.via};branch={new_branch()};rport")
+        invite.headers.add("Max-Forwards", "70")
+        invite.headers.add("From", f"<sip:{user}@{self.host}>;tag={new_tag()}")
+        invite.headers.add("To", f"<{uri}>")
+        invite.headers.add("Call-ID", f"{secrets.token_hex(12)}@{self.host}")
+        invite.headers.add("CSeq", "1 INVITE")
+        invite.headers.add("Contact", f"<{self.contact}>")
+        invite.headers.add("Allow", ALLOW)
+        invite.headers.add("Content-Type", "application/sdp")
+        invite.body = local.offer()
+        deadline = self.loop.time() + ring_timeout
+        authenticated = False
+        while True:
+            txn = self.layer.request(invite, destination)
+            try:
+                remaining = max(0.0, deadline - self.loop.time())
+                response = await asyncio.wait_for(asyncio.shield(txn.final), remaining)
+            except TimeoutError:
+                cancelled = await self._cancel(invite, destination, txn.final)
+                if cancelled is None or cancelled.status >= 300:
+                    await session.close()
+                    return DialResult(
+                        "no_answer",
+                        cancelled.status if cancelled is not None else None,
+                        "no answer before the ring timeout",
+                    )
+                response = cancelled
+            except TransactionTimeout:
+                await session.close()
+                return DialResult("failed", reason="no response to INVITE (timer B)")
+            if response.status in (401, 407) and self.trunk_auth and not authenticated:
+                authenticated = True
+                invite = self._with_credentials(invite, response)
+                continue
+            break
+        if response.status >= 300:
+            await session.close()
+            outcome = {
+                486: "busy",
+                600: "busy",
+                480: "no_answer",
+                408: "no_answer",
+                487: "no_answer",
+            }.get(response.status, "failed")
+            return DialResult(outcome, response.status, response.reason)
+        dialog = Dialog.as_uac(invite, response)
+        info = CallInfo(
+            path="sip",
+            direction="outbound",
+            remote_number=uri_user(uri),
+            local_number=user,
+            network_id=invite.call_id,
+        )
+        call = SipCall(self, dialog, session, local, info)
+        self.calls[invite.call_id] = call
+        ack = dialog.request("ACK", self.via, self.contact, cseq=invite.cseq[0])
+        for name in ("Authorization", "Proxy-Authorization"):
+            for value in invite.headers.get_all(name):
+                ack.headers.add(name, value)
+        call._last_ack = ack
+        self.layer_send(ack, dialog.destination())
+        try:
+            media = sdp.negotiate(sdp.parse(response.body))
+        except sdp.SdpError as exc:
+            await call._end(f"unusable SDP answer: {exc}", send_bye=True)
+            return DialResult("failed", response.status, str(exc))
+        await call._start_media(media)
+        call.state = "confirmed"
+        return DialResult("answered", response.status, response.reason, call)
+
+    def _with_credentials(self, invite: SipRequest, challenge: SipResponse) -> SipRequest:
+        assert self.trunk_auth is not None
+        username, password = self.trunk_auth
+        proxy = challenge.status == 407
+        header = challenge.headers.get("Proxy-Authenticate" if proxy else "WWW-Authenticate")
+        retry = SipRequest(
+            method="INVITE", uri=invite.uri, headers=invite.headers, body=invite.body
+        )
+        retry.headers = type(invite.headers)(invite.headers.items())
+        retry.headers.set("Via", f"{self.via};branch={new_branch()};rport")
+        retry.headers.set("CSeq", f"{invite.cseq[0] + 1} INVITE")
+        try:
+            value = authorization(
+                header or "", username=username, password=password, method="INVITE", uri=invite.uri
+            )
+        except AuthError as exc:
+            log.warning("cannot answer the trunk's challenge: %s", exc)
+            return retry
+        retry.headers.set("Proxy-Authorization" if proxy else "Authorization", value)
+        return retry
+
+    async def _cancel(
+        self, invite: SipRequest, destination: Address, final: asyncio.Future[SipResponse]
+    ) -> SipResponse | None:
+        cancel = SipRequest(method="CANCEL", uri=invite.uri)
+        cancel.headers.add("Via", invite.headers.get_all("Via")[0])
+        for name in ("From", "To", "Call-ID", "Route"):
+            for value in invite.headers.get_all(name):
+                cancel.headers.add(name, value)
+        cancel.headers.add("CSeq", f"{invite.cseq[0]} CANCEL")
+        cancel.headers.add("Max-Forwards", "70")
+        self.layer.request(cancel, destination)
+        try:
+            return await final
+        except TransactionTimeout:
+            return None

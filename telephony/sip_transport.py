@@ -1,0 +1,146 @@
+"""The pipecat transport of a SIP call: caller audio and DTMF in, agent audio and DTMF out,
+over the call's ``RtpSession``.
+
+The SIP user agent owns the session (it opens it before the SDP answer and closes it at
+BYE); this transport only reads and writes it, so ending the pipeline never closes the
+media under the UA's feet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from pipecat.audio.dtmf.types import KeypadEntry
+from pipecat.frames.frames import (
+    CancelFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    InputDTMFFrame,
+    InterruptionFrame,
+    OutputAudioRawFrame,
+    OutputDTMFFrame,
+    OutputDTMFUrgentFrame,
+    StartFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection
+from pipecat.transports.base_input import BaseInputTransport
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import BaseTransport, TransportParams
+
+from telephony.rtp import PACKET_S, RtpClosed, RtpSession
+
+logger = logging.getLogger(__name__)
+
+SAMPLE_RATE = 8000
+#: Audio handed to the session ahead of the wire: enough to ride out event-loop jitter,
+#: little enough that a barge-in ``clear`` cuts the agent off at once.
+AHEAD_S = 3 * PACKET_S
+
+
+class SipInputTransport(BaseInputTransport):
+    """Pushes the caller's 20 ms frames and DTMF keys into the pipeline."""
+
+    def __init__(self, session: RtpSession, params: TransportParams, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self._session = session
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        if not self._tasks:
+            self._tasks = [
+                self.create_task(self._audio(), name="sip_audio_in"),
+                self.create_task(self._dtmf(), name="sip_dtmf_in"),
+            ]
+        await self.set_transport_ready(frame)
+
+    async def stop(self, frame: EndFrame) -> None:
+        await self._stop_reading()
+        await super().stop(frame)
+
+    async def cancel(self, frame: CancelFrame) -> None:
+        await self._stop_reading()
+        await super().cancel(frame)
+
+    async def _stop_reading(self) -> None:
+        for task in self._tasks:
+            await self.cancel_task(task)
+        self._tasks = []
+
+    async def _audio(self) -> None:
+        async for frame in self._session:
+            await self.push_audio_frame(
+                InputAudioRawFrame(audio=frame.pcm, sample_rate=SAMPLE_RATE, num_channels=1)
+            )
+
+    async def _dtmf(self) -> None:
+        while True:
+            try:
+                digit = await self._session.read_dtmf()
+            except RtpClosed:
+                return
+            try:
+                button = KeypadEntry(digit)
+            except ValueError:
+                logger.info("DTMF %s has no keypad entry; not passed on", digit)
+                continue
+            await self.push_frame(InputDTMFFrame(button=button))
+
+
+class SipOutputTransport(BaseOutputTransport):
+    """Hands the agent's audio to the session's 20 ms sender; ``clear`` on barge-in."""
+
+    def __init__(self, session: RtpSession, params: TransportParams, **kwargs: Any) -> None:
+        super().__init__(params, **kwargs)
+        self._session = session
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        await self.set_transport_ready(frame)
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):
+            self._session.clear()
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        # The media sender has resampled to our 8 kHz output rate and cut 20 ms chunks.
+        self._session.write(frame.audio)
+        await self._session.wait_queued_below(AHEAD_S)
+        return True
+
+    def _supports_native_dtmf(self) -> bool:
+        return self._session.dtmf_payload_type is not None
+
+    async def _write_dtmf_native(self, frame: OutputDTMFFrame | OutputDTMFUrgentFrame) -> None:
+        for button in frame.buttons or []:
+            try:
+                await self._session.send_dtmf(str(button.value))
+            except (ValueError, RtpClosed) as e:
+                logger.warning("DTMF %s not sent: %s", button.value, e)
+
+
+class SipTransport(BaseTransport):
+    """One SIP call's media as a pipecat transport (8 kHz in and out)."""
+
+    def __init__(self, session: RtpSession) -> None:
+        super().__init__()
+        self.session = session
+        params = TransportParams(
+            audio_in_enabled=True,
+            audio_out_enabled=True,
+            audio_in_sample_rate=SAMPLE_RATE,
+            audio_out_sample_rate=SAMPLE_RATE,
+            audio_out_10ms_chunks=2,
+        )
+        self._input = SipInputTransport(session, params, name=self._input_name)
+        self._output = SipOutputTransport(session, params, name=self._output_name)
+
+    def input(self) -> SipInputTransport:
+        return self._input
+
+    def output(self) -> SipOutputTransport:
+        return self._output

@@ -1,0 +1,163 @@
+"""The SIP endpoint against a real SIP peer: sipp (Debian's sip-tester) runs our scenarios."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from telephony.rtp import RtpClosed, RtpSession
+from telephony.sip.transaction import Timers
+from telephony.sip.ua import SipCall, SipEndpoint
+
+SCENARIOS = Path(__file__).parent / "sipp"
+pytestmark = pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed")
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def on_call(call: SipCall) -> None:
+    """The test's application: the dialed user says what to do."""
+    action = call.info.local_number
+    if action == "ring":
+        await call.ended.wait()
+        return
+    await call.answer()
+    if action == "hangup":
+        await call.hang_up()
+
+
+async def sipp(
+    endpoint: SipEndpoint,
+    scenario: str,
+    service: str = "answer",
+    *extra: str,
+    cwd: Path | None = None,
+) -> str:
+    """Run one sipp call of ``scenario`` against ``endpoint``; its output, failing on error."""
+    command = [
+        "timeout", "40", "sipp", f"127.0.0.1:{endpoint.port}",
+        "-sf", str(SCENARIOS / scenario), "-s", service, "-m", "1",
+        "-i", "127.0.0.1", "-p", str(free_udp_port()),
+        "-mi", "127.0.0.1", "-mp", str(free_udp_port()),
+        "-timeout", "20s", "-timeout_error", "-nostdin", "-nd",
+        *extra,
+    ]  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=cwd
+    )
+    output, _ = await process.communicate()
+    text = output.decode(errors="replace")
+    assert process.returncode == 0, (
+        f"sipp {scenario} failed ({process.returncode}):\n{text[-3000:]}"
+    )
+    return text
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[SipEndpoint]:
+    ua = SipEndpoint("127.0.0.1", 0, on_call=on_call, timers=Timers(t1=0.1, t2=0.4, t4=0.5))
+    await ua.start()
+    yield ua
+    await ua.close()
+
+
+async def test_basic_call(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "basic.xml")
+    assert endpoint.calls == {}
+
+
+async def test_bye_from_the_agent(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "bye_from_agent.xml", "hangup")
+
+
+async def test_cancel_before_answer(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "cancel.xml", "ring")
+    assert endpoint.calls == {}
+
+
+async def test_options(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "options.xml")
+
+
+async def test_hold_reinvite_is_answered_recvonly(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "hold.xml")
+
+
+async def test_unsupported_codec_gets_488(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "no_codec.xml")
+
+
+async def test_malformed_request_gets_400_and_the_next_call_works(endpoint: SipEndpoint) -> None:
+    await sipp(endpoint, "malformed.xml")
+    await sipp(endpoint, "basic.xml")
+
+
+async def test_digest_challenged_invite() -> None:
+    ua = SipEndpoint(
+        "127.0.0.1", 0, on_call=on_call, credentials={"trunk": "s3cret"},
+        timers=Timers(t1=0.1, t2=0.4, t4=0.5),
+    )  # fmt: skip
+    await ua.start()
+    try:
+        await sipp(ua, "auth.xml", "answer", "-au", "trunk", "-ap", "s3cret")
+    finally:
+        await ua.close()
+
+
+async def test_mu_law_stream_arrives_unchanged(tmp_path: Path) -> None:
+    recording = bytes((i * 7 + i // 160) % 256 for i in range(8000))  # one second, known bytes
+    (tmp_path / "stream.ulaw").write_bytes(recording)
+    received = bytearray()
+
+    async def record(call: SipCall) -> None:
+        await call.answer()
+        assert isinstance(call.media, RtpSession)
+        try:
+            while True:
+                frame = await call.media.read()
+                if not frame.concealed:
+                    received.extend(frame.payload)
+        except RtpClosed:
+            return
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=record, timers=Timers(t1=0.1, t2=0.4, t4=0.5))
+    await ua.start()
+    try:
+        await sipp(ua, "stream_ulaw.xml", cwd=tmp_path)
+    finally:
+        await ua.close()
+    assert len(received) >= 4000
+    assert bytes(received[:4000]) == recording[:4000]
+
+
+async def test_a_law_call_with_rfc2833_dtmf_from_sipps_pcaps() -> None:
+    digits: list[str] = []
+    codecs: list[str] = []
+
+    async def listen(call: SipCall) -> None:
+        await call.answer()
+        assert isinstance(call.media, RtpSession) and call.negotiated is not None
+        codecs.append(call.negotiated.codec)
+        try:
+            while True:
+                digits.append(await call.media.read_dtmf())
+        except RtpClosed:
+            return
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=listen, timers=Timers(t1=0.1, t2=0.4, t4=0.5))
+    await ua.start()
+    try:
+        await sipp(ua, "dtmf_alaw.xml")
+    finally:
+        await ua.close()
+    assert codecs == ["PCMA"]
+    assert digits == ["1", "9", "#"]
