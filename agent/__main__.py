@@ -87,6 +87,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     guard.add_argument("--sentences", type=int, default=2000, help="sentences to time (>= 100)")
     guard.add_argument("--output", default="docs/benchmarks/guard.md", help="where to write")
+    pooling = benches.add_parser(
+        "pooling",
+        help="time to first byte of the TTS and LLM clients, pooled keep-alive connections "
+        "vs a new connection per request, over HTTP and HTTPS on loopback",
+    )
+    pooling.add_argument("--requests", type=int, default=200, help="requests per case (>= 20)")
+    pooling.add_argument(
+        "--output", default="docs/benchmarks/pooling.md", help="where to write the results"
+    )
+    stt = benches.add_parser(
+        "stt",
+        help="the STT server's audio seconds per wall second with finals batched across "
+        "streams and one at a time, for several concurrent streams (CPU, Whisper tiny.en)",
+    )
+    stt.add_argument(
+        "--streams", default="1,2,4,8", help="comma-separated concurrent stream counts"
+    )
+    stt.add_argument("--utterances", type=int, default=3, help="finals per stream (>= 1)")
+    stt.add_argument("--batch-window-ms", type=float, default=20.0, help="batching window")
+    stt.add_argument("--max-batch", type=int, default=16, help="most finals per model call")
+    stt.add_argument("--output", default="docs/benchmarks/stt.md", help="where to write")
     return parser
 
 
@@ -128,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_simulation(settings, scenario))
     if args.command == "portfolio":
         return _import_portfolio(settings, args.file)
+    if args.command == "bench" and args.bench == "stt":
+        return _stt_bench(args)
     if args.command == "bench" and args.bench == "guard":
         from agent.bench import run_guard_bench
 
@@ -135,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
             print("--sentences must be at least 100", file=sys.stderr)
             return 2
         return run_guard_bench(args.output, args.sentences)
+    if args.command == "bench" and args.bench == "pooling":
+        from agent.bench_pooling import run_pooling_bench
+
+        if args.requests < 20:
+            print("--requests must be at least 20", file=sys.stderr)
+            return 2
+        return run_pooling_bench(args.requests, args.output)
     if args.command == "bench":
         from agent.bench import run_turn_bench
 
@@ -143,6 +173,27 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return asyncio.run(run_turn_bench(settings, args.turns, args.output, args.only))
     return 2
+
+
+def _stt_bench(args: argparse.Namespace) -> int:
+    from agent.bench import run_stt_bench
+
+    try:
+        streams = [int(n) for n in args.streams.split(",")]
+    except ValueError:
+        streams = []
+    if not streams or min(streams) < 1:
+        print(
+            f"--streams must be positive integers like 1,2,4,8, got {args.streams!r}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.utterances < 1 or args.max_batch < 1 or args.batch_window_ms < 0:
+        print("--utterances and --max-batch must be >= 1, --batch-window-ms >= 0", file=sys.stderr)
+        return 2
+    return asyncio.run(
+        run_stt_bench(args.output, streams, args.utterances, args.batch_window_ms, args.max_batch)
+    )
 
 
 def _import_portfolio(settings: Settings, path: Path) -> int:

@@ -36,6 +36,7 @@ from sqlalchemy import Engine
 from agent.config import Settings
 from agent.dialogue import GuardProcessor, PolicyProcessor
 from agent.llm import ChatCompletionsLLMService
+from agent.phrasing import Phrasing
 from agent.policy import ConversationPolicy, PolicyEvent
 from agent.predial import Signal, apply_signal, record_conversation
 from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
@@ -53,6 +54,8 @@ from agent.sessions import ServiceSessions
 from agent.store import StoreWriter
 from agent.stt import StreamingSTTService
 from agent.tts import StreamingTTSService
+from agent.tts_fallback import CartesiaClient, FallbackConfig
+from agent.tts_router import CircuitBreaker, RoutedTTSService
 from agent.turns import CallProcessors, TranscriptListener, TurnLedger
 from agent.vad import create_vad_analyzer
 
@@ -84,6 +87,8 @@ class CallContext:
     price_book: PriceBook
     prompts: PromptSet
     engine: Engine
+    #: The TTS primary's circuit breaker, shared by all calls; set iff a fallback is configured.
+    tts_breaker: CircuitBreaker | None = None
 
 
 @dataclass
@@ -128,6 +133,7 @@ class Call:
         self._hung_up = False
         self._worker: PipelineWorker | None = None
         self._greeted = False
+        self._router: RoutedTTSService | None = None
 
     def _build(self) -> tuple[PipelineWorker, TurnLedger]:
         settings, models = self._ctx.settings, self._ctx.models
@@ -143,7 +149,7 @@ class Call:
             max_tokens=settings.llm_max_tokens,
             system_instruction=self._ctx.prompts.system,
         )
-        tts = StreamingTTSService(url=models.tts_url, session=self._ctx.sessions.session("tts"))
+        tts = self._build_tts()
         context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
         aggregators = LLMContextAggregatorPair(
             context,
@@ -159,9 +165,14 @@ class Call:
         thinkers: tuple[FrameProcessor, ...] = (llm,)
         guard: list[FrameProcessor] = []
         if self.policy is not None:
-            self._policy_processor = PolicyProcessor(self.policy, self._record_event)
+            phrasing = (
+                Phrasing(self.policy, self._ctx.prompts.turn)
+                if settings.llm_mode == "phrase"
+                else None
+            )
+            self._policy_processor = PolicyProcessor(self.policy, self._record_event, phrasing)
             thinkers = (self._policy_processor, llm)
-            guard = [GuardProcessor(self.policy, self._record_event)]
+            guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
         pipeline = Pipeline(
             [
                 self._transport.input(),
@@ -195,6 +206,29 @@ class Call:
             conversation_id=self.id,
         )
         return worker, ledger
+
+    def _build_tts(self) -> StreamingTTSService:
+        """The self-hosted TTS alone, or behind the router when a fallback is configured."""
+        settings, session = self._ctx.settings, self._ctx.sessions.session("tts")
+        breaker = self._ctx.tts_breaker
+        if breaker is None or settings.tts_fallback_api_key is None:
+            return StreamingTTSService(url=self._ctx.models.tts_url, session=session)
+        config = FallbackConfig(
+            vendor=settings.tts_fallback,
+            url=settings.tts_fallback_url,
+            api_key=settings.tts_fallback_api_key,
+            voice=settings.tts_fallback_voice or "",
+            model=settings.tts_fallback_model,
+        )
+        self._router = RoutedTTSService(
+            url=self._ctx.models.tts_url,
+            session=session,
+            fallback=CartesiaClient(config, session),
+            breaker=breaker,
+            deadline_s=settings.tts_fallback_deadline_ms / 1000.0,
+            on_event=self._record_event,
+        )
+        return self._router
 
     async def answer(self) -> None:
         """Speak the fixed greeting (AI disclosure and recording notice) once."""
@@ -318,7 +352,7 @@ class Call:
                 llm_prompt_tokens=ledger.totals.llm_prompt_tokens,
                 llm_completion_tokens=ledger.totals.llm_completion_tokens,
                 tts_characters=ledger.totals.tts_characters,
-                fallback_tts_characters=0,
+                fallback_tts_characters=self._router.fallback_characters if self._router else 0,
             )
             cost = price_call(ctx.price_book, ctx.settings.price_profile, usage)
             ctx.writer.submit(

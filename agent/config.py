@@ -8,12 +8,17 @@ cluster (model URLs, a PostgreSQL URL). The README lists them all.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dotenv import load_dotenv
 
 VAD_KINDS = ("webrtc", "silero")
+#: ``templates``: the policy's fixed texts only (the CPU default: the 270M model cannot
+#: follow instructions); ``phrase``: the LLM phrases the policy's open questions and may
+#: call its tools (production, agent/phrasing.py).
+LLM_MODES = ("templates", "phrase")
 
 
 class ConfigError(ValueError):
@@ -40,6 +45,47 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _bool(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1/0 (or true/false), got {raw!r}")
+
+
+def _tts_fallback(env: dict[str, str]) -> dict[str, Any]:
+    """The TTS fallback's settings; a configured vendor needs its API key and a voice."""
+    vendor = (env.get("TTS_FALLBACK") or "none").lower()
+    if vendor not in ("none", "cartesia"):
+        raise ConfigError(f"TTS_FALLBACK must be cartesia or none, got {vendor!r}")
+    key = env.get("TTS_FALLBACK_API_KEY") or env.get("CARTESIA_API_KEY") or None
+    voice = env.get("TTS_FALLBACK_VOICE") or None
+    if vendor != "none" and not (key and voice):
+        raise ConfigError(
+            "TTS_FALLBACK=cartesia needs TTS_FALLBACK_API_KEY (or CARTESIA_API_KEY) "
+            "and TTS_FALLBACK_VOICE (a Cartesia voice id)"
+        )
+    deadline = _int(env, "TTS_FALLBACK_DEADLINE_MS", 200)
+    failures = _int(env, "TTS_FALLBACK_BREAKER_FAILURES", 3)
+    if deadline <= 0 or failures < 1:
+        raise ConfigError(
+            "TTS_FALLBACK_DEADLINE_MS must be positive and TTS_FALLBACK_BREAKER_FAILURES >= 1"
+        )
+    return {
+        "tts_fallback": vendor,
+        "tts_fallback_url": env.get("TTS_FALLBACK_URL") or "wss://api.cartesia.ai/tts/websocket",
+        "tts_fallback_api_key": key,
+        "tts_fallback_voice": voice,
+        "tts_fallback_model": env.get("TTS_FALLBACK_MODEL") or "sonic-3.6",
+        "tts_fallback_deadline_ms": deadline,
+        "tts_fallback_breaker_failures": failures,
+        "tts_fallback_probe_s": _float(env, "TTS_FALLBACK_PROBE_S", 5.0),
+    }
+
+
 @dataclass(frozen=True)
 class Settings:
     """What one agent process is configured with."""
@@ -55,6 +101,7 @@ class Settings:
     llm_model: str = "gemma-3-270m"
     llm_api_key: str = "none"
     llm_max_tokens: int = 40
+    llm_mode: str = "templates"
     # Listening.
     vad: str = "webrtc"
     vad_aggressiveness: int = 2
@@ -66,6 +113,24 @@ class Settings:
     price_book: Path | None = None
     price_profile: str = "embedded-cpu"
     prompt_version: str = "collections-v1"
+    # The TTS router's fallback (agent/tts_router.py); "none": the primary alone, no router.
+    tts_fallback: str = "none"
+    tts_fallback_url: str = "wss://api.cartesia.ai/tts/websocket"
+    tts_fallback_api_key: str | None = field(default=None, repr=False)
+    tts_fallback_voice: str | None = None
+    tts_fallback_model: str = "sonic-3.6"
+    tts_fallback_deadline_ms: int = 200
+    tts_fallback_breaker_failures: int = 3
+    tts_fallback_probe_s: float = 5.0
+    # Carriers and rooms (docs/carriers.md); the secrets come from the environment only.
+    public_url: str | None = None
+    twilio_account_sid: str | None = None
+    twilio_auth_token: str | None = None
+    telnyx_api_key: str | None = None
+    carrier_hang_up: bool = True
+    livekit_url: str | None = None
+    livekit_api_key: str | None = None
+    livekit_api_secret: str | None = None
 
     @property
     def embedded_models(self) -> bool:
@@ -92,6 +157,9 @@ class Settings:
         if not 0 <= aggressiveness <= 3:
             raise ConfigError(f"VAD_AGGRESSIVENESS must be 0..3, got {aggressiveness}")
         price_book = env.get("PRICE_BOOK")
+        llm_mode = env.get("LLM_MODE", "templates").lower()
+        if llm_mode not in LLM_MODES:
+            raise ConfigError(f"LLM_MODE must be one of {', '.join(LLM_MODES)}, got {llm_mode!r}")
         return cls(
             host=env.get("HOST", "127.0.0.1"),
             port=_int(env, "PORT", 8080),
@@ -103,6 +171,7 @@ class Settings:
             llm_model=env.get("LLM_MODEL", "gemma-3-270m"),
             llm_api_key=env.get("LLM_API_KEY", "none"),
             llm_max_tokens=_int(env, "LLM_MAX_TOKENS", 40),
+            llm_mode=llm_mode,
             vad=vad,
             vad_aggressiveness=aggressiveness,
             vad_start_secs=_float(env, "VAD_START_SECS", 0.2),
@@ -110,4 +179,13 @@ class Settings:
             price_book=Path(price_book) if price_book else None,
             price_profile=env.get("PRICE_PROFILE", "embedded-cpu"),
             prompt_version=env.get("PROMPT_VERSION", "collections-v1"),
+            **_tts_fallback(env),
+            public_url=env.get("PUBLIC_URL") or None,
+            twilio_account_sid=env.get("TWILIO_ACCOUNT_SID") or None,
+            twilio_auth_token=env.get("TWILIO_AUTH_TOKEN") or None,
+            telnyx_api_key=env.get("TELNYX_API_KEY") or None,
+            carrier_hang_up=_bool(env, "CARRIER_HANG_UP", True),
+            livekit_url=env.get("LIVEKIT_URL") or None,
+            livekit_api_key=env.get("LIVEKIT_API_KEY") or None,
+            livekit_api_secret=env.get("LIVEKIT_API_SECRET") or None,
         )

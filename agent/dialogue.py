@@ -9,6 +9,11 @@ to end once the goodbye has been spoken.
 ``GuardProcessor`` sits between the LLM and the TTS: every sentence the LLM
 writes is checked before it can be spoken; a blocked one is replaced by a safe
 fixed sentence and recorded as a compliance event.
+
+In production mode (``agent.phrasing``) the policy processor sends the LLM a
+narrow request for the replies the LLM may phrase; the guard then speaks the
+policy's own text instead of the LLM's when the LLM gives nothing, or when one
+of its sentences is blocked (the rest of that response is dropped).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from datetime import UTC, datetime
 from pipecat.frames.frames import (
     EndWorkerFrame,
     Frame,
+    FunctionCallsStartedFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -30,6 +36,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import match_endofsentence
 
 from agent.guard import GuardContext, OutputGuard
+from agent.phrasing import Phrasing
 from agent.policy import ConversationPolicy, PolicyEvent, Reply
 
 logger = logging.getLogger(__name__)
@@ -46,11 +53,16 @@ EventSink = Callable[[PolicyEvent], None]
 class PolicyProcessor(FrameProcessor):
     """Answers each caller turn with the policy's templates instead of free generation."""
 
-    def __init__(self, policy: ConversationPolicy, on_event: EventSink) -> None:
+    def __init__(
+        self, policy: ConversationPolicy, on_event: EventSink, phrasing: Phrasing | None = None
+    ) -> None:
         super().__init__()
         self.policy = policy
         self._on_event = on_event
         self._reported = 0
+        self._phrasing = phrasing
+        if phrasing is not None:
+            phrasing.bind(self.speak)
 
     async def speak(self, reply: Reply) -> None:
         """Push ``reply`` as one agent response; end the call after it if it says so."""
@@ -67,8 +79,17 @@ class PolicyProcessor(FrameProcessor):
         await super().process_frame(frame, direction)
         if isinstance(frame, LLMContextFrame) and direction is FrameDirection.DOWNSTREAM:
             text = _last_caller_text(frame)
-            if text:
-                await self.speak(self.policy.on_caller_turn(text))
+            if not text:
+                return
+            reply = self.policy.on_caller_turn(text)
+            if self._phrasing is not None and reply.phrase is not None:
+                self.report_events()
+                messages = frame.context.get_messages()
+                await self.push_frame(
+                    LLMContextFrame(self._phrasing.context(messages, text, reply))
+                )
+            else:
+                await self.speak(reply)
             return
         await self.push_frame(frame, direction)
 
@@ -95,13 +116,20 @@ class GuardProcessor(FrameProcessor):
     """Checks the LLM's output sentence by sentence before it reaches the TTS."""
 
     def __init__(
-        self, policy: ConversationPolicy, on_event: EventSink, guard: OutputGuard | None = None
+        self,
+        policy: ConversationPolicy,
+        on_event: EventSink,
+        guard: OutputGuard | None = None,
+        phrasing: Phrasing | None = None,
     ) -> None:
         super().__init__()
         self._policy = policy
         self._on_event = on_event
         self._guard = guard or OutputGuard()
+        self._phrasing = phrasing
         self._pending = ""
+        #: This response is the LLM phrasing a policy reply: what it has done so far.
+        self._phrased = self._spoke = self._blocked = self._tool_called = False
 
     def _context(self) -> GuardContext:
         return GuardContext.for_account(self._policy.account, verified=self._policy.verified)
@@ -110,15 +138,28 @@ class GuardProcessor(FrameProcessor):
         await super().process_frame(frame, direction)
         if isinstance(frame, TemplateTextFrame):
             await self.push_frame(frame, direction)
+        elif isinstance(frame, LLMFullResponseStartFrame):
+            self._phrased = self._phrasing is not None and self._phrasing.pending is not None
+            self._spoke = self._blocked = False
+            await self.push_frame(frame, direction)
         elif isinstance(frame, LLMTextFrame):
+            if self._blocked:
+                return
             self._pending += frame.text
             while (end := match_endofsentence(self._pending)) > 0:
                 sentence, self._pending = self._pending[:end], self._pending[end:]
                 await self._check_and_push(sentence)
+        elif isinstance(frame, FunctionCallsStartedFrame):
+            self._tool_called = True
+            await self.push_frame(frame, direction)
         elif isinstance(frame, LLMFullResponseEndFrame):
-            if self._pending.strip():
+            if self._pending.strip() and not self._blocked:
                 await self._check_and_push(self._pending)
             self._pending = ""
+            if self._phrased:
+                await self._settle_phrasing()
+            # Reset here, not at the start: a system frame can overtake the start frame.
+            self._phrased = self._tool_called = False
             await self.push_frame(frame, direction)
         else:
             await self.push_frame(frame, direction)
@@ -126,6 +167,7 @@ class GuardProcessor(FrameProcessor):
     async def _check_and_push(self, sentence: str) -> None:
         verdict = self._guard.check(sentence.strip(), self._context())
         if verdict.allowed:
+            self._spoke = True
             await self.push_frame(LLMTextFrame(sentence))
             return
         logger.warning("blocked a generated sentence (%s): %s", verdict.rule, verdict.reason)
@@ -136,5 +178,18 @@ class GuardProcessor(FrameProcessor):
                 datetime.now(UTC),
             )
         )
-        if verdict.replacement:
+        if self._phrased:
+            # The policy's own text says what the LLM's should have said.
+            self._blocked = True
+            self._pending = ""
+        elif verdict.replacement:
             await self.push_frame(TemplateTextFrame(verdict.replacement + " "))
+
+    async def _settle_phrasing(self) -> None:
+        """The LLM's version is done: speak the policy's instead if it said nothing usable."""
+        assert self._phrasing is not None
+        reply = self._phrasing.take_fallback()
+        if reply is None or self._tool_called or (self._spoke and not self._blocked):
+            return
+        for text in reply.texts:
+            await self.push_frame(TemplateTextFrame(text + " "))

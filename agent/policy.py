@@ -22,9 +22,13 @@ from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import Any
 
-from agent.understanding import Expectation, Intent, Understanding, understand
+from agent.understanding import Expectation, Intent, PaymentMethod, Understanding, understand
 
 MAX_VERIFICATION_TRIES = 2
+
+#: How a promise may be paid when the LLM records it (the agent never takes card
+#: digits by voice: a card payment goes through the secure link, DOMAIN C11).
+PAYMENT_METHODS = (PaymentMethod.DEBIT_CARD, PaymentMethod.BANK_TRANSFER, PaymentMethod.CHECK)
 
 #: What an answer to each question is expected to hold, so "yes", "the fifth"
 #: or "two hundred" are read against the question that was just asked.
@@ -42,6 +46,25 @@ EXPECTS: dict[str, Expectation] = {
     "ask_method": Expectation.METHOD,
     "callback_when": Expectation.DATE,
 }
+
+#: The replies the LLM may put in its own words in production (``Reply.phrase``): the
+#: negotiation's questions and "I didn't catch that". Everything else (disclosures,
+#: verification, answers about the law, goodbyes, confirmations) is spoken verbatim.
+PHRASEABLE = frozenset(
+    {
+        "offer_floor",
+        "installment_floor",
+        "term_too_long",
+        "ask_date_and_method",
+        "ask_date",
+        "ask_method",
+        "callback_when",
+        "didnt_catch",
+    }
+)
+
+#: The tools the LLM may call (agent.phrasing describes them to it); the policy gates each.
+TOOLS = ("record_promise", "record_dispute", "transfer", "end_call")
 
 
 class Stage(StrEnum):
@@ -95,11 +118,31 @@ class PolicyEvent:
 
 @dataclass
 class Reply:
-    """What the agent says next (fixed texts, verbatim) and whether the call goes on."""
+    """What the agent says next (fixed texts, verbatim) and whether the call goes on.
+
+    ``phrase`` is set when the reply is one question the LLM may phrase in its own
+    words (the text is the reference it must keep to); ``texts`` stay the vetted
+    fallback, spoken whenever the LLM's version is missing or blocked.
+    """
 
     texts: list[str]
     end_call: bool = False
     transfer: bool = False
+    phrase: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """The policy's answer to a tool call of the LLM: done or refused, and what to say."""
+
+    allowed: bool
+    reason: str
+    reply: Reply
+
+
+def _method(args: dict[str, Any]) -> str:
+    """The tool call's payment method, as the schema names it ("debit_card" read too)."""
+    return str(args.get("method", "")).replace("_", " ").strip().lower()
 
 
 def dollars(cents: int) -> str:
@@ -168,7 +211,9 @@ class ConversationPolicy:
             self._note("card_number_spoken", {})
             warning = [self._say("no_card_numbers")]
         reply = self._exits(heard) or self._stage_reply(heard)
-        reply.texts[:0] = warning
+        if warning:
+            reply.texts[:0] = warning
+            reply.phrase = None
         return reply
 
     def _stage_reply(self, heard: Understanding) -> Reply:
@@ -192,6 +237,74 @@ class ConversationPolicy:
         self._note("voicemail_message", {"text": text})
         return self._end("voicemail_lcm_left", [text])
 
+    # -- the LLM's tool calls (production) ------------------------------------------
+
+    def tools(self) -> tuple[str, ...]:
+        """The tools worth offering the LLM now: nothing about the debt before verification."""
+        if self.stage is Stage.ENDED:
+            return ()
+        if self.verified and self.stage in (Stage.NEGOTIATION, Stage.COMMITMENT):
+            return TOOLS
+        return ("transfer", "end_call")
+
+    def on_tool_call(self, name: str, args: dict[str, Any]) -> ToolOutcome:
+        """Gate a tool call: it goes through the same rules as the caller's own words.
+
+        A call the rules refuse is recorded as ``tool_denied`` and answered with the
+        policy's own reply (a counter-offer at the envelope's edge, the question again).
+        """
+        refusal = self._tool_refusal(name, args)
+        outcome = self._run_tool(name, args) if refusal is None else None
+        if outcome is None or not outcome.allowed:
+            reason = refusal or (outcome.reason if outcome else "")
+            self._note("tool_denied", {"tool": name, "reason": reason})
+            return outcome or ToolOutcome(False, reason, self._reask())
+        self._note("tool_call", {"tool": name})
+        return outcome
+
+    def _run_tool(self, name: str, args: dict[str, Any]) -> ToolOutcome:
+        if name == "record_promise":
+            heard = Understanding(
+                intents=frozenset({Intent.PAYMENT_OFFER}),
+                amount_cents=round(float(args["amount"]) * 100),
+                monthly=bool(args.get("monthly", False)),
+                date=date.fromisoformat(str(args["date"])),
+                method=_method(args),
+            )
+            self.stage = Stage.NEGOTIATION
+            reply = self._counter(heard)
+            if self.promise is None:
+                return ToolOutcome(False, "the offer is outside the creditor's envelope", reply)
+            return ToolOutcome(True, "promise recorded", reply)
+        if name == "record_dispute":
+            return ToolOutcome(True, "dispute recorded", self._dispute())
+        if name == "transfer":
+            self._note("human_requested", {"by": "llm"})
+            return ToolOutcome(True, "transferring", self._transfer())
+        refused = self.verified and args.get("reason") == "refused"
+        reply = self._end("refused" if refused else "no_commitment", [self._say("wrap_up")])
+        return ToolOutcome(True, "call ended", reply)
+
+    def _tool_refusal(self, name: str, args: dict[str, Any]) -> str | None:
+        if name not in TOOLS:
+            return f"unknown tool {name!r}"
+        if name not in self.tools():
+            return f"{name} is not allowed at this point of the call (stage {self.stage})"
+        if name != "record_promise":
+            return None
+        try:
+            amount = float(args["amount"])
+            due = date.fromisoformat(str(args["date"]))
+        except (KeyError, TypeError, ValueError):
+            return "record_promise needs an amount in dollars and a date as YYYY-MM-DD"
+        if not math.isfinite(amount) or amount <= 0:
+            return "the amount must be a positive number of dollars"
+        if due < self.today:
+            return "the payment date is in the past"
+        if _method(args) not in PAYMENT_METHODS:
+            return f"the method must be one of: {', '.join(PAYMENT_METHODS)}"
+        return None
+
     # -- what can happen at any point --------------------------------------------
 
     def _exits(self, heard: Understanding) -> Reply | None:
@@ -204,7 +317,7 @@ class ConversationPolicy:
             return self._end("escalated_to_human", [self._say("recording_objection")], True)
         if Intent.HUMAN_REQUEST in intents:
             self._note("human_requested", {})
-            return self._end("escalated_to_human", [self._say("transfer")], transfer=True)
+            return self._transfer()
         if Intent.WRONG_NUMBER in intents and not self.verified:
             self.party = "wrong_number"
             self._signal("wrong_number")
@@ -224,8 +337,7 @@ class ConversationPolicy:
             return None
         # Below here the consumer is verified: signals about the debt itself.
         if Intent.DISPUTE in intents:
-            self._signal("dispute")
-            return self._end("dispute", [self._say("dispute_recorded")])
+            return self._dispute()
         if Intent.BANKRUPTCY in intents:
             self._signal("bankruptcy")
             return self._end("bankruptcy", [self._say("bankruptcy")], transfer=True)
@@ -244,6 +356,13 @@ class ConversationPolicy:
             )
             return Reply([*texts, self._question])
         return None
+
+    def _transfer(self) -> Reply:
+        return self._end("escalated_to_human", [self._say("transfer")], transfer=True)
+
+    def _dispute(self) -> Reply:
+        self._signal("dispute")
+        return self._end("dispute", [self._say("dispute_recorded")])
 
     # -- stages --------------------------------------------------------------------
 
@@ -413,10 +532,14 @@ class ConversationPolicy:
     def _ask(self, key: str, **values: Any) -> Reply:
         self._question = self._say(key, **values)
         self._expecting = EXPECTS.get(key, self._expecting)
-        return Reply([self._question])
+        return self._reply(key, self._question)
 
     def _reask(self) -> Reply:
-        return Reply([self._say("didnt_catch", question=self._question)])
+        return self._reply("didnt_catch", self._say("didnt_catch", question=self._question))
+
+    @staticmethod
+    def _reply(key: str, text: str) -> Reply:
+        return Reply([text], phrase=text if key in PHRASEABLE else None)
 
     def _note(self, kind: str, detail: dict[str, Any]) -> None:
         self.events.append(PolicyEvent(kind, detail, datetime.now(UTC)))

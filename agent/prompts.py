@@ -18,6 +18,8 @@ class PromptSet:
     system: str
     examples: tuple[tuple[str, str], ...] = ()
     templates: dict[str, str] = field(default_factory=dict)
+    #: The per-turn instruction of production mode (``LLM_MODE=phrase``), if any.
+    turn: str = ""
 
     def example_messages(self) -> list[dict[str, str]]:
         """The example exchanges as chat messages: they show a small model the form."""
@@ -32,12 +34,14 @@ class PromptSet:
             raise ValueError(f"unknown prompt version {version!r}; known: {', '.join(known)}")
         examples = folder / "examples.txt"
         templates = folder / "templates.toml"
+        turn = folder / "turn.txt"
         return cls(
             version=version,
             greeting=(folder / "greeting.txt").read_text().strip(),
             system=(folder / "system.txt").read_text().strip(),
             examples=_examples(examples) if examples.exists() else (),
             templates=_templates(templates) if templates.exists() else {},
+            turn=turn.read_text().strip() if turn.exists() else "",
         )
 
 

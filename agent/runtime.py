@@ -22,6 +22,7 @@ from agent.pricebook import PriceBook
 from agent.prompts import PromptSet
 from agent.sessions import ServiceSessions
 from agent.store import StoreWriter, create_engine_for, mark_abandoned_calls, upgrade
+from agent.tts_router import CircuitBreaker
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +97,16 @@ class AgentRuntime:
         tts_voice = await _describe(sessions.session("tts"), urls[2], "voice")
         models = ModelEndpoints(*urls, stt_model=stt_model, tts_voice=tts_voice)
         logger.info("models: STT %s, LLM %s, TTS %s", *urls)
-        return CallContext(settings, models, sessions, writer, price_book, prompts, engine)
+        breaker = None
+        if settings.tts_fallback != "none":
+            breaker = CircuitBreaker(
+                threshold=settings.tts_fallback_breaker_failures,
+                probe_interval_s=settings.tts_fallback_probe_s,
+            )
+            self._stack.push_async_callback(breaker.close)
+        return CallContext(
+            settings, models, sessions, writer, price_book, prompts, engine, tts_breaker=breaker
+        )
 
     async def __aexit__(
         self,

@@ -6,6 +6,9 @@ Routes:
     GET  /api/calls/{id}/transcript      the call's transcript as server-sent events
     GET  /api/calls/{id}                 the stored call: turns, latency parts, costs
     GET  /health                         liveness
+    POST /voice/{twilio|telnyx}          the carrier's voice webhook: TwiML/TeXML to stream
+    GET  /media/{twilio|telnyx}          the carrier's media-stream websocket (docs/carriers.md)
+    POST /api/livekit/dispatch           {room}: the agent joins that LiveKit room
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from pipecat.transports.base_transport import BaseTransport
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -30,6 +34,11 @@ from agent.models import Call as CallRow
 from agent.policy import ConversationPolicy, Templates
 from agent.runtime import AgentRuntime
 from agent.scenarios import account_from
+from telephony.line import CallInfo
+from telephony.livekit import LiveKitConfig
+from telephony.livekit import add_routes as add_livekit_routes
+from telephony.media_stream import StartedCall, carrier_config
+from telephony.media_stream import add_routes as add_carrier_routes
 from telephony.webrtc import Offer, OfferError, accept, transport_for
 
 logger = logging.getLogger(__name__)
@@ -99,7 +108,7 @@ async def health(request: web.Request) -> web.Response:
 
 
 async def offer(request: web.Request) -> web.Response:
-    ctx, calls = request.app[CTX], request.app[CALLS]
+    ctx = request.app[CTX]
     try:
         body = await request.json()
     except json.JSONDecodeError:
@@ -110,15 +119,25 @@ async def offer(request: web.Request) -> web.Response:
         return _error(400, str(e))
 
     transport = transport_for(connection, ctx.settings.audio_in_sample_rate)
-    # The test page calls as the demo portfolio's consumer (see agent/scenarios.py).
+    started = start_call(request.app, transport, CallInfo(path="webrtc"))
+    return web.json_response({**answer, "call_id": started.call_id})
+
+
+def start_call(app: web.Application, transport: BaseTransport, info: CallInfo) -> StartedCall:
+    """Start a call on ``transport`` the same way whatever path carried it: the policy, the
+    records, the greeting once the peer is connected, the end when the peer is gone."""
+    ctx, calls = app[CTX], app[CALLS]
+    # Calls are held as the demo portfolio's consumer (see agent/scenarios.py).
     policy = ConversationPolicy(account_from({}), Templates(ctx.prompts.templates), date.today())
     live: LiveCall
     call = Call(
         ctx,
         transport,
-        transport_name="webrtc",
+        transport_name=info.path,
+        direction=info.direction,
         on_transcript=lambda s, t: live.publish(s, t),
         policy=policy,
+        number=info.remote_number,
     )
     live = LiveCall(call)
     calls.add(live)
@@ -138,7 +157,7 @@ async def offer(request: web.Request) -> web.Response:
             calls.ended(call.id)
 
     live.task = asyncio.create_task(run(), name=f"call-{call.id}")
-    return web.json_response({**answer, "call_id": call.id})
+    return StartedCall(call.id, live.task)
 
 
 async def transcript(request: web.Request) -> web.StreamResponse:
@@ -251,6 +270,13 @@ def make_app(ctx: CallContext) -> web.Application:
     app.router.add_get("/api/calls/{call_id}/transcript", transcript)
     app.router.add_get("/api/calls/{call_id}", call_record)
     app.router.add_static("/static", WEB_DIR)
+    add_carrier_routes(app, carrier_config(ctx.settings), lambda t, i: start_call(app, t, i))
+    add_livekit_routes(
+        app,
+        LiveKitConfig.from_settings(ctx.settings),
+        ctx.settings.audio_in_sample_rate,
+        lambda t, i: start_call(app, t, i),
+    )
     app.on_shutdown.append(_end_calls)
     return app
 

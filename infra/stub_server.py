@@ -15,7 +15,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,12 +43,16 @@ class FixedTranscriber:
     def transcribe(self, audio: np.ndarray) -> str:
         return self.text
 
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
+        return [self.text for _ in audios]
+
 
 class ToneSynthesizer:
     """Says anything as a short beep: 440 Hz at a quarter of full scale."""
 
     name = "stub-tone"
     sample_rate = 16000
+    concurrent_streams = 4  # a precomputed array: nothing to serialize
 
     def __init__(self, seconds: float = 0.3, frequency: float = 440.0) -> None:
         t = np.arange(int(seconds * self.sample_rate)) / self.sample_rate

@@ -9,6 +9,7 @@ Run: ``python -m infra.tts_server --host 127.0.0.1 --port 8003``.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import logging
@@ -36,6 +37,8 @@ class Synthesizer(Protocol):
     name: str
     sample_rate: int
     """The rate the backend produces; the server resamples to what the client asks."""
+    concurrent_streams: int
+    """Requests synthesized at once: 1 for a CPU voice, the batch size for a batching GPU one."""
 
     def synthesize(self, text: str) -> Iterator[np.ndarray]:
         """Yield mono float32 chunks in [-1, 1] at ``sample_rate``, each as soon as it exists."""
@@ -44,6 +47,8 @@ class Synthesizer(Protocol):
 
 class PiperSynthesizer:
     """A Piper voice (ONNX); it produces one chunk per sentence."""
+
+    concurrent_streams = 1
 
     def __init__(
         self, model_path: str | None = None, config_path: str | None = None, *, name: str = ""
@@ -186,7 +191,9 @@ async def speech(request: web.Request) -> web.StreamResponse:
 def add_speech_route(app: web.Application, synthesizer: Synthesizer) -> None:
     """Serve ``POST /v1/speech`` on ``app`` with ``synthesizer`` as the backend."""
     app[SYNTHESIZER] = synthesizer
-    app[EXECUTOR] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synthesize")
+    app[EXECUTOR] = ThreadPoolExecutor(
+        max_workers=synthesizer.concurrent_streams, thread_name_prefix="synthesize"
+    )
     app.router.add_post("/v1/speech", speech)
 
     async def close_executor(app: web.Application) -> None:
@@ -209,13 +216,44 @@ def create_app(synthesizer: Synthesizer) -> web.Application:
     return app
 
 
+def orpheus_synthesizer(args: argparse.Namespace) -> Synthesizer:
+    """Orpheus via its completions server, SNAC compiled and warmed for every batch size."""
+    from infra import orpheus
+
+    batcher = orpheus.SnacBatcher(
+        orpheus.load_snac(args.snac, args.device),
+        device=args.device,
+        max_batch=args.max_streams,
+        compile=args.device.startswith("cuda"),
+    )
+    batcher.warm_up(4, range(1, args.max_streams + 1))
+    batcher.start()
+    source = orpheus.CompletionsTokenSource(args.orpheus_url, args.orpheus_model)
+    return orpheus.OrpheusSynthesizer(
+        source, batcher, voice=args.orpheus_voice, max_streams=args.max_streams
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = server_arguments("Streaming text-to-speech server (HTTP, raw PCM).")
     parser.add_argument("--voice", default=None, help="Piper voice .onnx (default: joe, medium)")
     parser.add_argument("--voice-config", default=None, help="the voice's .onnx.json")
+    parser.add_argument("--backend", choices=("piper", "orpheus"), default="piper")
+    parser.add_argument("--orpheus-url", help="Orpheus's OpenAI-compatible base URL (…/v1)")
+    parser.add_argument("--orpheus-model", default="canopylabs/orpheus-3b-0.1-ft")
+    parser.add_argument("--orpheus-voice", default="tara")
+    parser.add_argument("--snac", help="directory with SNAC 24 kHz config.json and weights")
+    parser.add_argument("--device", default="cuda", help="torch device for SNAC")
+    parser.add_argument("--max-streams", type=int, default=32, help="SNAC batch size")
     args = parse_server_arguments(parser, argv)
     started = time.perf_counter()
-    synthesizer = PiperSynthesizer(args.voice, args.voice_config)
+    synthesizer: Synthesizer
+    if args.backend == "orpheus":
+        if not args.orpheus_url or not args.snac:
+            parser.error("--backend orpheus needs --orpheus-url and --snac")
+        synthesizer = orpheus_synthesizer(args)
+    else:
+        synthesizer = PiperSynthesizer(args.voice, args.voice_config)
     warm_seconds = warm_up(synthesizer)
     gc.freeze()  # the voice lives for the whole process: keep it out of GC scans
     logger.info(

@@ -1,22 +1,31 @@
 """The policy and the guard as pipeline processors (pipecat's own test harness)."""
 
 import datetime as dt
+import json
 
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from pipecat.frames.frames import (
     EndFrame,
     EndWorkerFrame,
+    FunctionCallFromLLM,
+    FunctionCallsStartedFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
     LLMTextFrame,
 )
+from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.tests.utils import run_test
 
 from agent.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame
-from agent.policy import ConversationPolicy, Templates
+from agent.llm import ChatCompletionsLLMService
+from agent.phrasing import Phrasing
+from agent.policy import TOOLS, ConversationPolicy, Templates
 from agent.prompts import PromptSet
 from agent.scenarios import account_from
+from agent.sessions import ServiceSessions
 
 PROMPTS = PromptSet.load("collections-v1")
 
@@ -72,3 +81,180 @@ async def test_a_generated_sentence_about_the_debt_is_blocked_before_verificatio
     assert "1,200" not in " ".join(spoken) and spoken[-1] == "Goodbye. "
     [event] = events
     assert event.kind == "blocked_sentence" and event.detail["rule"] == "C3"
+
+
+# -- production mode (LLM_MODE=phrase) -----------------------------------------------
+
+
+def verified_policy(**account) -> ConversationPolicy:
+    p = ConversationPolicy(
+        account_from(account), Templates(PROMPTS.templates), dt.date(2026, 12, 2)
+    )
+    p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
+    p.on_caller_turn("Yes, this is Jordan Smith.")
+    p.on_caller_turn("March fifth, nineteen eighty.")
+    assert p.verified
+    return p
+
+
+def phrased(text: str = "I can do twenty dollars a month.") -> Phrasing:
+    """A phrasing whose policy has just answered ``text`` with a phraseable question."""
+    phrasing = Phrasing(verified_policy(min_installment=50), PROMPTS.turn)
+    reply = phrasing.policy.on_caller_turn(text)
+    phrasing.context([], text, reply)
+    return phrasing
+
+
+async def test_in_phrase_mode_a_negotiation_question_goes_to_the_llm_with_its_tools():
+    events = []
+    p = verified_policy(min_installment=50)
+    processor = PolicyProcessor(p, events.append, Phrasing(p, PROMPTS.turn))
+    context = LLMContext(messages=[{"role": "user", "content": "I can do twenty dollars a month."}])
+    down, _ = await run_test(
+        processor, frames_to_send=[LLMContextFrame(context)], expected_down_frames=[LLMContextFrame]
+    )
+    request = down[0].context
+    assert "$50 a month" in request.get_messages()[-1]["content"]
+    assert [t.name for t in request.tools.standard_tools] == list(TOOLS)
+    assert "offer_outside_envelope" in [e.kind for e in events]  # reported before the LLM runs
+
+
+async def test_in_phrase_mode_verification_is_still_answered_with_templates():
+    p = ConversationPolicy(account_from({}), Templates(PROMPTS.templates), dt.date(2026, 12, 2))
+    p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
+    processor = PolicyProcessor(p, lambda e: None, Phrasing(p, PROMPTS.turn))
+    context = LLMContext(messages=[{"role": "user", "content": "Yes, this is Jordan."}])
+    down, _ = await run_test(
+        processor,
+        frames_to_send=[LLMContextFrame(context)],
+        expected_down_frames=[
+            LLMFullResponseStartFrame,
+            TemplateTextFrame,
+            LLMFullResponseEndFrame,
+        ],
+    )
+    assert "date of birth" in down[1].text
+
+
+async def run_guard(phrasing: Phrasing, *frames) -> tuple[list[str], list]:
+    events = []
+    guard = GuardProcessor(phrasing.policy, events.append, phrasing=phrasing)
+    down, _ = await run_test(
+        guard, frames_to_send=[LLMFullResponseStartFrame(), *frames, LLMFullResponseEndFrame()]
+    )
+    return [f.text.strip() for f in down if isinstance(f, LLMTextFrame)], events
+
+
+async def test_the_llm_phrasing_is_spoken_when_the_guard_allows_it():
+    spoken, events = await run_guard(
+        phrased(),
+        LLMTextFrame("The lowest monthly amount is fifty dollars. "),
+        LLMTextFrame("Could that work?"),
+    )
+    assert spoken == ["The lowest monthly amount is fifty dollars.", "Could that work?"]
+    assert events == []
+
+
+async def test_the_policy_text_is_spoken_when_the_llm_says_nothing():
+    phrasing = phrased()
+    reference = phrasing.pending.texts
+    spoken, _ = await run_guard(phrasing)
+    assert spoken == reference
+
+
+async def test_a_blocked_phrased_sentence_drops_the_rest_and_the_policy_text_is_spoken():
+    phrasing = phrased()
+    reference = phrasing.pending.texts
+    spoken, events = await run_guard(
+        phrasing,
+        LLMTextFrame("I hear you. "),
+        LLMTextFrame("If you don't pay we will have you arrested. "),
+        LLMTextFrame("So pay fifty."),
+    )
+    assert spoken[0] == "I hear you." and spoken[1:] == reference
+    assert [e.kind for e in events] == ["blocked_sentence"]
+
+
+async def test_a_tool_call_settles_the_turn_without_the_fallback():
+    phrasing = phrased()
+    call = FunctionCallFromLLM(
+        function_name="transfer", tool_call_id="1", arguments={}, context=LLMContext()
+    )
+    spoken, _ = await run_guard(phrasing, FunctionCallsStartedFrame(function_calls=[call]))
+    assert spoken == []
+
+
+class ToolCallingLLM:
+    """An OpenAI-compatible server that answers every request with one tool call."""
+
+    def __init__(self, name: str, arguments: dict) -> None:
+        self.name, self.arguments = name, arguments
+        self.requests: list[dict] = []
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append(await request.json())
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        call = {
+            "index": 0,
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+        }
+        for delta, finish in [
+            ({"role": "assistant", "tool_calls": [call]}, None),
+            ({}, "tool_calls"),
+        ]:
+            chunk = {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "scripted",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+
+async def test_a_tool_call_through_the_openai_service_is_gated_and_answered():
+    server_llm = ToolCallingLLM(
+        "record_promise", {"amount": 50, "date": "2026-12-15", "method": "check", "monthly": True}
+    )
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server_llm)
+    server = TestServer(app)
+    await server.start_server()
+    sessions = ServiceSessions()
+    p = verified_policy(min_installment=50, balance=300)
+    phrasing = Phrasing(p, PROMPTS.turn)
+    events = []
+    llm = ChatCompletionsLLMService(
+        sessions=sessions,
+        base_url=str(server.make_url("/v1")),
+        api_key="none",
+        model="scripted",
+        max_tokens=40,
+        system_instruction="You are the agent.",
+    )
+    pipeline = Pipeline(
+        [
+            PolicyProcessor(p, events.append, phrasing),
+            llm,
+            GuardProcessor(p, events.append, phrasing=phrasing),
+        ]
+    )
+    context = LLMContext(messages=[{"role": "user", "content": "I can do twenty dollars a month."}])
+    try:
+        down, _ = await run_test(
+            pipeline, frames_to_send=[LLMContextFrame(context)], send_end_frame=False
+        )
+    finally:
+        await sessions.close()
+        await server.close()
+    [request] = server_llm.requests
+    assert [t["function"]["name"] for t in request["tools"]] == list(TOOLS)
+    spoken = " ".join(f.text for f in down if isinstance(f, LLMTextFrame))
+    assert "$50 a month starting" in spoken and "Would that work" not in spoken  # confirmed
+    assert p.promise is not None and p.disposition == "payment_plan"
+    assert "tool_call" in [e.kind for e in events]

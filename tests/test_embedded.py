@@ -141,7 +141,8 @@ async def test_real_mode_starts_the_three_model_servers(tmp_path: Path) -> None:
         stt_health = servers.stt_url.replace("ws://", "http://").replace("/v1/listen", "/health")
         llm_health = servers.llm_url.removesuffix("/v1") + "/health"
         tts_health = servers.tts_url.removesuffix("/v1/speech") + "/health"
-        assert await get_json(stt_health) == (200, {"status": "ok", "model": "whisper-tiny.en"})
+        status, stt = await get_json(stt_health)
+        assert (status, stt["status"], stt["model"]) == (200, "ok", "whisper-tiny.en")
         assert await get_json(llm_health) == (200, {"status": "ok", "model": "gemma-3-270m"})
         status, tts = await get_json(tts_health)
         assert status == 200

@@ -183,3 +183,79 @@ def test_every_agent_line_is_a_fixed_template():
     )
     for line in said:
         assert any(p.match(line) for p in patterns), line
+
+
+# -- production mode: the LLM's tool calls go through the same rules ---------------
+
+
+def tool(policy, name, **args):
+    return policy.on_tool_call(name, args)
+
+
+def test_c3_before_verification_the_llm_is_offered_no_tool_about_the_debt():
+    policy, _ = call()
+    assert policy.tools() == ("transfer", "end_call")
+    outcome = tool(policy, "record_dispute")
+    assert not outcome.allowed and "not allowed" in outcome.reason
+    outcome = tool(policy, "record_promise", amount=1200, date="2026-12-10", method="check")
+    assert not outcome.allowed and policy.promise is None and policy.stage is Stage.OPENING
+    assert not any(DEBT_WORDS.search(text) for text in outcome.reply.texts)
+    assert kinds(policy).count("tool_denied") == 2
+
+
+def test_c6_a_promise_the_llm_records_inside_the_envelope_is_confirmed():
+    policy = verified(balance=1200)
+    assert policy.tools() == ("record_promise", "record_dispute", "transfer", "end_call")
+    outcome = tool(policy, "record_promise", amount=1200, date="2026-12-10", method="debit_card")
+    assert outcome.allowed and outcome.reply.end_call
+    assert (policy.promise.amount_cents, policy.promise.due) == (120000, dt.date(2026, 12, 10))
+    assert "$1,200" in outcome.reply.texts[0] and "tool_call" in kinds(policy)
+
+
+def test_c6_a_promise_the_llm_records_outside_the_envelope_is_refused_and_countered():
+    policy = verified(min_installment=50)
+    outcome = tool(policy, "record_promise", amount=20, date="2026-12-10", method="check")
+    assert not outcome.allowed and policy.promise is None
+    assert "$50 a month" in outcome.reply.texts[0]
+    assert kinds(policy)[-2:] == ["offer_outside_envelope", "tool_denied"]
+    plan = verified(balance=1200, max_term_months=12, min_installment=50)
+    outcome = tool(
+        plan, "record_promise", amount=60, date="2026-12-10", method="check", monthly=True
+    )
+    assert not outcome.allowed and "12 months" in outcome.reply.texts[0]
+
+
+def test_a_tool_call_with_bad_arguments_is_refused_with_the_reason():
+    for args, reason in [
+        ({"amount": 1200, "date": "2026-12-01", "method": "check"}, "in the past"),
+        ({"amount": 1200, "date": "next week", "method": "check"}, "YYYY-MM-DD"),
+        ({"amount": -5, "date": "2026-12-10", "method": "check"}, "positive"),
+        ({"amount": 1200, "date": "2026-12-10", "method": "card digits"}, "method must be"),
+    ]:
+        policy = verified()
+        outcome = policy.on_tool_call("record_promise", args)
+        assert not outcome.allowed and reason in outcome.reason, args
+        assert policy.promise is None and not outcome.reply.end_call
+    assert "unknown tool" in tool(verified(), "refund").reason
+
+
+def test_c8_c12_the_llm_can_record_a_dispute_transfer_or_end_the_call():
+    disputed = verified()
+    assert tool(disputed, "record_dispute").allowed and disputed.disposition == "dispute"
+    assert {"kind": "dispute"} in [e.detail for e in disputed.events if e.kind == "signal"]
+    person, _ = call()
+    assert tool(person, "transfer").reply.transfer
+    assert person.disposition == "escalated_to_human"
+    refused = verified()
+    assert tool(refused, "end_call", reason="refused").reply.end_call
+    assert refused.disposition == "refused" and refused.tools() == ()
+    assert not tool(refused, "transfer").allowed  # the call is over
+
+
+def test_only_the_negotiation_questions_may_be_phrased():
+    policy, said = call()
+    assert policy.on_caller_turn("Yes, this is Jordan Smith.").phrase is None  # verification
+    reply = verified().on_caller_turn("I can do twenty dollars a month.")
+    assert reply.phrase == reply.texts[0] and "$50 a month" in reply.phrase
+    card = verified().on_caller_turn("I can do twenty a month, card 4111 1111 1111 1111.")
+    assert card.phrase is None  # the warning is said verbatim

@@ -131,3 +131,21 @@ async def test_scenario_through_real_audio_ends_as_expected(
         for where, text in (("store", stored), ("logs", logs)):
             assert not re.search(r"4111\D{0,3}1111", text), f"card digits in the {where}"
         assert "[card number removed]" in stored or "card" in stored
+
+
+async def test_phrase_mode_on_the_real_llm_leaves_the_outcome_to_the_policy(cpu_models, tmp_path):
+    """LLM_MODE=phrase on Gemma 270M, which cannot follow the turn's instruction
+    (MODELS.md): what it writes is spoken only past the guard, the policy's text
+    stands in for anything missing or blocked, and the call ends as the rules say."""
+    db_url = f"sqlite:///{tmp_path / 'agent.db'}"
+    async with AgentRuntime(settings_for(cpu_models, db_url, LLM_MODE="phrase")) as ctx:
+        sim = await simulate_call(ctx, builtin_scenarios()["big_discount"])
+        with Session(ctx.engine) as session:
+            call = session.get(Call, sim.summary.call_id)
+            asked = [t for t in call.turns if t.llm_completion_tokens]
+            spoken = [t.agent_text or "" for t in call.turns]
+            disposition = call.disposition
+    assert not sim.unmet_expectations(), sim.unmet_expectations()
+    assert disposition == "promise_to_pay"
+    assert asked, "the LLM was never asked to phrase a reply"
+    assert all(spoken), spoken  # every turn was answered, by the LLM or the policy

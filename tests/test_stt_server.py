@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -63,7 +63,19 @@ async def test_health_names_the_model(stt_url: str) -> None:
     health_url = stt_url.replace("ws://", "http://").replace("/v1/listen", "/health")
     async with aiohttp.ClientSession() as session, session.get(health_url) as response:
         assert response.status == 200
-        assert await response.json() == {"status": "ok", "model": "whisper-tiny.en"}
+        health = await response.json()
+    assert health == {
+        "status": "ok",
+        "model": "whisper-tiny.en",
+        "batching": {
+            "window_ms": 20.0,
+            "max_batch": 16,
+            "model_calls": health["batching"]["model_calls"],
+            "finals": health["batching"]["finals"],
+            "largest_batch": health["batching"]["largest_batch"],
+            "retried_batches": health["batching"]["retried_batches"],
+        },
+    }
 
 
 @pytest.mark.models
@@ -239,6 +251,44 @@ async def test_a_protocol_error_closes_only_its_own_stream(
     assert {"john", "smith"} <= set(words(final["text"]))
 
 
+@pytest.fixture(scope="module")
+def whisper() -> Iterator[stt_server.WhisperTranscriber]:
+    """The real Whisper tiny.en, loaded in this process to serve an app of a test's own."""
+    yield stt_server.WhisperTranscriber()
+
+
+@pytest.mark.models
+async def test_two_concurrent_streams_are_batched_into_one_model_call(
+    whisper: stt_server.WhisperTranscriber,
+) -> None:
+    # The window is longer than any test takes: the batch closes when the second final
+    # arrives (max_batch 2), so what is asserted does not depend on timing.
+    app = stt_server.create_app(whisper, window_ms=600_000, max_batch=2)
+    async with (
+        TestClient(TestServer(app, host="127.0.0.1", port=0)) as client,
+        client.ws_connect("/v1/listen") as first,
+        client.ws_connect("/v1/listen") as second,
+    ):
+        await start(first, 16000, "call-a")
+        await start(second, 8000, "call-b")
+        await send_audio(first, speech_pcm(IDENTITY, 16000), 16000)
+        await send_audio(second, speech_pcm(CALLBACK, 8000), 8000)
+        await first.send_json({"type": "finalize", "turn": 1})
+        await second.send_json({"type": "finalize", "turn": 7})
+        final_a, final_b = await receive(first), await receive(second)
+        async with client.get("/health") as response:
+            batching = (await response.json())["batching"]
+
+    assert final_a["turn"] == 1
+    assert {"john", "smith"} <= set(words(final_a["text"]))
+    assert final_b["turn"] == 7
+    assert {"call", "back", "tomorrow", "morning"} <= set(words(final_b["text"]))
+    assert "smith" not in words(final_b["text"])
+    assert batching["model_calls"] == 1
+    assert batching["finals"] == 2
+    assert batching["largest_batch"] == 2
+
+
 class SilentTranscriber:
     """A fake backend for protocol tests that need no model."""
 
@@ -246,6 +296,33 @@ class SilentTranscriber:
 
     def transcribe(self, audio: np.ndarray) -> str:
         return ""
+
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
+        return ["" for _ in audios]
+
+
+class BrokenTranscriber(SilentTranscriber):
+    """A backend whose model call fails."""
+
+    name = "broken"
+
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
+        raise RuntimeError("CUDA out of memory")
+
+
+async def test_a_failing_model_closes_the_stream_with_1011() -> None:
+    async with (
+        TestClient(TestServer(stt_server.create_app(BrokenTranscriber()))) as client,
+        client.ws_connect("/v1/listen") as ws,
+    ):
+        await start(ws)
+        await ws.send_bytes(b"\x01\x00" * 1600)
+        error = await finalize(ws, 1)
+        closing = await ws.receive(timeout=RECEIVE_TIMEOUT_S)
+
+    assert error == {"type": "error", "message": "internal error: CUDA out of memory"}
+    assert closing.type == WSMsgType.CLOSE
+    assert closing.data == 1011
 
 
 async def test_a_stream_that_never_starts_is_closed(monkeypatch: pytest.MonkeyPatch) -> None:

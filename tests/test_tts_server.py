@@ -133,6 +133,7 @@ class SineSynthesizer:
 
     name = "sine"
     sample_rate = 22050
+    concurrent_streams = 1
 
     def __init__(self) -> None:
         t = np.arange(22050) / 22050
@@ -163,6 +164,7 @@ class BrokenSynthesizer:
 
     name = "broken"
     sample_rate = 16000
+    concurrent_streams = 1
 
     def __init__(self, good_chunks: int) -> None:
         self.good_chunks = good_chunks

@@ -1,0 +1,92 @@
+"""Production mode's per-turn request to the LLM and its tool gate."""
+
+import datetime as dt
+import re
+from types import SimpleNamespace
+
+import pytest
+
+from agent.phrasing import Phrasing
+from agent.policy import ConversationPolicy, Templates
+from agent.prompts import PromptSet
+from agent.scenarios import account_from
+
+PROMPTS = PromptSet.load("collections-v1")
+ACCOUNT_DATA = re.compile(r"\$|acme|percent|month|1,200", re.I)
+
+
+def phrasing(*lines: str, **account) -> Phrasing:
+    policy = ConversationPolicy(
+        account_from(account), Templates(PROMPTS.templates), dt.date(2026, 12, 2)
+    )
+    policy.opening(PROMPTS.greeting.format(consumer_name=policy.account.consumer_name))
+    for line in lines:
+        policy.on_caller_turn(line)
+    return Phrasing(policy, PROMPTS.turn)
+
+
+VERIFY = ("Yes, this is Jordan Smith.", "March fifth, nineteen eighty.")
+
+
+def test_before_verification_the_instruction_holds_nothing_about_the_debt():
+    p = phrasing(VERIFY[0])
+    reply = p.policy.on_caller_turn("Mmm, hold on, what?")
+    assert reply.phrase is not None  # "I didn't catch that" may be phrased
+    text = p.instruction("Mmm, hold on, what?", reply.phrase)
+    assert "not verified" in text and "nothing about any debt" in text
+    assert not ACCOUNT_DATA.search(text)
+    assert "record_promise" not in text and "transfer" in text
+
+
+def test_after_verification_the_instruction_gives_the_envelope_and_the_reference():
+    p = phrasing(*VERIFY, balance=1200, max_discount_pct=30, min_installment=50)
+    reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
+    text = p.instruction("I can do twenty dollars a month.", reply.phrase)
+    assert "$1,200" in text and "30 percent" in text and "$50 a month" in text
+    assert reply.phrase in text and "record_promise" in text and "2026-12-02" in text
+
+
+def test_the_request_replaces_the_caller_turn_and_offers_only_the_allowed_tools():
+    p = phrasing(VERIFY[0])
+    history = [
+        {"role": "system", "content": "You are the agent."},
+        {"role": "assistant", "content": "Am I speaking with Jordan Smith?"},
+        {"role": "user", "content": "Uh, what?"},
+    ]
+    reply = p.policy.on_caller_turn("Uh, what?")
+    context = p.context(history, "Uh, what?", reply)
+    messages = context.get_messages()
+    assert messages[:2] == history[:2] and len(messages) == 3
+    assert messages[-1]["role"] == "user" and '"Uh, what?"' in messages[-1]["content"]
+    assert [t.name for t in context.tools.standard_tools] == ["transfer", "end_call"]
+    assert p.pending is reply
+
+
+async def test_a_tool_call_is_gated_by_the_policy_and_its_answer_is_spoken():
+    p = phrasing(*VERIFY, min_installment=50)
+    spoken, results = [], []
+    p.bind(lambda reply: _append(spoken, reply))
+    p.pending = p.policy.on_caller_turn("I can maybe pay something.")
+
+    async def result_callback(result, *, properties=None):
+        results.append((result, properties.run_llm))
+
+    await p._gate(
+        SimpleNamespace(
+            function_name="record_promise",
+            arguments={"amount": 20, "date": "2026-12-10", "method": "check", "monthly": True},
+            result_callback=result_callback,
+        )
+    )
+    assert results[0][0]["allowed"] is False and results[0][1] is False  # no second LLM turn
+    assert p.policy.promise is None and "$50 a month" in spoken[0].texts[0]
+    assert p.take_fallback() is None  # the tool's answer replaced the pending reply
+
+
+def test_phrase_mode_needs_the_turn_template():
+    with pytest.raises(ValueError, match="turn.txt"):
+        Phrasing(phrasing().policy, "")
+
+
+async def _append(into, reply):
+    into.append(reply)
