@@ -117,6 +117,7 @@ class Call:
         on_transcript: TranscriptListener | None = None,
         policy: ConversationPolicy | None = None,
         number: str | None = None,
+        sample_rate: int | None = None,
     ) -> None:
         self.id = call_id or new_call_id()
         self._ctx = ctx
@@ -128,6 +129,8 @@ class Call:
         self.policy = policy
         #: The consumer's phone number, when the call is a phone call.
         self.number = number
+        #: The pipeline's audio rate when the line fixes one (G.711's 8 kHz).
+        self._sample_rate = sample_rate
         self._policy_processor: PolicyProcessor | None = None
         self._end_reason = "pipeline_ended"
         self._hung_up = False
@@ -195,8 +198,8 @@ class Call:
         worker = PipelineWorker(
             pipeline,
             params=PipelineParams(
-                audio_in_sample_rate=settings.audio_in_sample_rate,
-                audio_out_sample_rate=settings.audio_out_sample_rate,
+                audio_in_sample_rate=self._sample_rate or settings.audio_in_sample_rate,
+                audio_out_sample_rate=self._sample_rate or settings.audio_out_sample_rate,
                 enable_metrics=True,
                 enable_usage_metrics=True,
             ),

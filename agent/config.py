@@ -7,6 +7,7 @@ cluster (model URLs, a PostgreSQL URL). The README lists them all.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +87,44 @@ def _tts_fallback(env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _sip(env: dict[str, str]) -> dict[str, Any]:
+    """The SIP endpoint's settings: off unless ``SIP_PORT`` is set."""
+    port = _int(env, "SIP_PORT", -1)
+    if not -1 <= port <= 65535:
+        raise ConfigError(f"SIP_PORT must be 0..65535 (0: any free port), got {port}")
+    allow = tuple(n.strip() for n in (env.get("SIP_ALLOW") or "").split(",") if n.strip())
+    for net in allow:
+        try:
+            ipaddress.ip_network(net, strict=False)
+        except ValueError:
+            raise ConfigError(f"SIP_ALLOW: {net!r} is not an address or network") from None
+    credentials: dict[str, str] = {}
+    for entry in (env.get("SIP_CREDENTIALS") or "").split(","):
+        if not entry.strip():
+            continue
+        user, sep, password = entry.strip().partition(":")
+        if not (sep and user and password):
+            raise ConfigError("SIP_CREDENTIALS must be user:password pairs, comma-separated")
+        credentials[user] = password
+    trunk = env.get("SIP_TRUNK") or None
+    if trunk is not None and not trunk.startswith("sip:"):
+        raise ConfigError(
+            f"SIP_TRUNK must be a sip: URI like sip:trunk.example.com:5060, got {trunk!r}"
+        )
+    trunk_user = env.get("SIP_TRUNK_USERNAME") or ""
+    trunk_password = env.get("SIP_TRUNK_PASSWORD") or ""
+    if bool(trunk_user) != bool(trunk_password):
+        raise ConfigError("SIP_TRUNK_USERNAME and SIP_TRUNK_PASSWORD go together")
+    return {
+        "sip_host": env.get("SIP_HOST") or env.get("HOST") or "127.0.0.1",
+        "sip_port": None if port == -1 else port,
+        "sip_allow": allow,
+        "sip_credentials": credentials,
+        "sip_trunk": trunk,
+        "sip_trunk_auth": (trunk_user, trunk_password) if trunk_user else None,
+    }
+
+
 @dataclass(frozen=True)
 class Settings:
     """What one agent process is configured with."""
@@ -131,6 +170,16 @@ class Settings:
     livekit_url: str | None = None
     livekit_api_key: str | None = None
     livekit_api_secret: str | None = None
+    # The SIP endpoint (telephony/sip/): off when sip_port is None.
+    sip_host: str = "127.0.0.1"
+    sip_port: int | None = None
+    #: Sources that may call without a digest challenge (a trunk's or PBX's addresses).
+    sip_allow: tuple[str, ...] = ()
+    #: user -> password of the callers that may answer our digest challenge.
+    sip_credentials: dict[str, str] = field(default_factory=dict, repr=False)
+    #: Where outbound calls go (the trunk), and our credentials for its challenges.
+    sip_trunk: str | None = None
+    sip_trunk_auth: tuple[str, str] | None = field(default=None, repr=False)
 
     @property
     def embedded_models(self) -> bool:
@@ -188,4 +237,5 @@ class Settings:
             livekit_url=env.get("LIVEKIT_URL") or None,
             livekit_api_key=env.get("LIVEKIT_API_KEY") or None,
             livekit_api_secret=env.get("LIVEKIT_API_SECRET") or None,
+            **_sip(env),
         )

@@ -9,6 +9,9 @@ Routes:
     POST /voice/{twilio|telnyx}          the carrier's voice webhook: TwiML/TeXML to stream
     GET  /media/{twilio|telnyx}          the carrier's media-stream websocket (docs/carriers.md)
     POST /api/livekit/dispatch           {room}: the agent joins that LiveKit room
+
+With ``SIP_PORT`` set, the server also answers SIP calls on that UDP port
+(``telephony/sip/``), and its calls are served exactly like the others.
 """
 
 from __future__ import annotations
@@ -39,12 +42,14 @@ from telephony.livekit import LiveKitConfig
 from telephony.livekit import add_routes as add_livekit_routes
 from telephony.media_stream import StartedCall, carrier_config
 from telephony.media_stream import add_routes as add_carrier_routes
+from telephony.sip.ua import SipCall, SipEndpoint
 from telephony.webrtc import Offer, OfferError, accept, transport_for
 
 logger = logging.getLogger(__name__)
 
 WEB_DIR = Path(__file__).resolve().parent / "web"
 CTX = web.AppKey("ctx", CallContext)
+SIP = web.AppKey("sip", SipEndpoint)
 
 
 @dataclass
@@ -138,6 +143,7 @@ def start_call(app: web.Application, transport: BaseTransport, info: CallInfo) -
         on_transcript=lambda s, t: live.publish(s, t),
         policy=policy,
         number=info.remote_number,
+        sample_rate=info.sample_rate,
     )
     live = LiveCall(call)
     calls.add(live)
@@ -260,6 +266,45 @@ async def _end_calls(app: web.Application) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _answer_sip(app: web.Application, line: SipCall) -> None:
+    """A SIP call: pick up, hold the call as any other, hang up when it is over."""
+    await line.answer()
+    if line.state != "confirmed":
+        return  # cancelled while ringing
+    started = start_call(app, line.transport(), line.info)
+    try:
+        await started.task
+    finally:
+        await line.hang_up()
+
+
+async def _start_sip(app: web.Application) -> None:
+    settings = app[CTX].settings
+    if settings.sip_port is None:
+        return
+    endpoint = SipEndpoint(
+        settings.sip_host,
+        settings.sip_port,
+        on_call=lambda line: _answer_sip(app, line),
+        credentials=settings.sip_credentials or None,
+        allow=settings.sip_allow,
+        trunk_auth=settings.sip_trunk_auth,
+    )
+    await endpoint.start()
+    if not (settings.sip_allow or settings.sip_credentials) and not _loopback(settings.sip_host):
+        logger.warning("SIP on %s answers anyone: set SIP_ALLOW or SIP_CREDENTIALS", endpoint.via)
+    app[SIP] = endpoint
+
+
+async def _stop_sip(app: web.Application) -> None:
+    if SIP in app:
+        await app[SIP].close()
+
+
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def make_app(ctx: CallContext) -> web.Application:
     app = web.Application(client_max_size=256 * 1024)
     app[CTX] = ctx
@@ -277,7 +322,9 @@ def make_app(ctx: CallContext) -> web.Application:
         ctx.settings.audio_in_sample_rate,
         lambda t, i: start_call(app, t, i),
     )
+    app.on_startup.append(_start_sip)
     app.on_shutdown.append(_end_calls)
+    app.on_cleanup.append(_stop_sip)
     return app
 
 
@@ -291,6 +338,8 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
         site = web.TCPSite(runner, host, port)
         await site.start()
         logger.info("agent ready: open http://%s:%d/ and press Call", host, port)
+        if SIP in app:
+            logger.info("SIP calls: sip:agent@%s:%d", app[SIP].host, app[SIP].port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -34,7 +34,10 @@ class CallInfo:
     local_number: str | None = None
     #: The network's own id for the call (SIP Call-ID, carrier call SID, room name).
     network_id: str | None = None
-    sample_rate: int = 8000
+    #: The rate the line carries audio at (G.711: 8 kHz); the call's pipeline runs at
+    #: it, so nothing is resampled up only to be sent down again. None: the agent's
+    #: configured rates.
+    sample_rate: int | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 

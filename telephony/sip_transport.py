@@ -3,7 +3,9 @@ over the call's ``RtpSession``.
 
 The SIP user agent owns the session (it opens it before the SDP answer and closes it at
 BYE); this transport only reads and writes it, so ending the pipeline never closes the
-media under the UA's feet.
+media under the UA's feet. Like pipecat's own transports it tells the application
+``on_client_connected`` once its media flows (the agent greets) and
+``on_client_disconnected`` when the media ends under it (the caller hung up).
 """
 
 from __future__ import annotations
@@ -43,10 +45,14 @@ AHEAD_S = 3 * PACKET_S
 class SipInputTransport(BaseInputTransport):
     """Pushes the caller's 20 ms frames and DTMF keys into the pipeline."""
 
-    def __init__(self, session: RtpSession, params: TransportParams, **kwargs: Any) -> None:
+    def __init__(
+        self, transport: SipTransport, session: RtpSession, params: TransportParams, **kwargs: Any
+    ) -> None:
         super().__init__(params, **kwargs)
+        self._transport = transport
         self._session = session
         self._tasks: list[asyncio.Task[None]] = []
+        self._connected = False
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
@@ -56,6 +62,9 @@ class SipInputTransport(BaseInputTransport):
                 self.create_task(self._dtmf(), name="sip_dtmf_in"),
             ]
         await self.set_transport_ready(frame)
+        if not self._connected:
+            self._connected = True
+            await self._transport.notify("on_client_connected")
 
     async def stop(self, frame: EndFrame) -> None:
         await self._stop_reading()
@@ -75,6 +84,7 @@ class SipInputTransport(BaseInputTransport):
             await self.push_audio_frame(
                 InputAudioRawFrame(audio=frame.pcm, sample_rate=SAMPLE_RATE, num_channels=1)
             )
+        await self._transport.notify("on_client_disconnected")
 
     async def _dtmf(self) -> None:
         while True:
@@ -129,6 +139,8 @@ class SipTransport(BaseTransport):
     def __init__(self, session: RtpSession) -> None:
         super().__init__()
         self.session = session
+        self._register_event_handler("on_client_connected")
+        self._register_event_handler("on_client_disconnected")
         params = TransportParams(
             audio_in_enabled=True,
             audio_out_enabled=True,
@@ -136,8 +148,11 @@ class SipTransport(BaseTransport):
             audio_out_sample_rate=SAMPLE_RATE,
             audio_out_10ms_chunks=2,
         )
-        self._input = SipInputTransport(session, params, name=self._input_name)
+        self._input = SipInputTransport(self, session, params, name=self._input_name)
         self._output = SipOutputTransport(session, params, name=self._output_name)
+
+    async def notify(self, event: str) -> None:
+        await self._call_event_handler(event, self.session)
 
     def input(self) -> SipInputTransport:
         return self._input

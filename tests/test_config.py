@@ -39,6 +39,12 @@ def test_model_urls_together():
         ({"VAD_AGGRESSIVENESS": "7"}, "VAD_AGGRESSIVENESS"),
         ({"PORT": "eighty"}, "PORT must be an integer"),
         ({"VAD_STOP_SECS": "soon"}, "VAD_STOP_SECS must be a number"),
+        ({"LLM_MODE": "free"}, "LLM_MODE must be one of"),
+        ({"SIP_PORT": "70000"}, "SIP_PORT must be"),
+        ({"SIP_ALLOW": "10.0.0.0/8,trunk"}, "SIP_ALLOW: 'trunk'"),
+        ({"SIP_CREDENTIALS": "alice"}, "user:password"),
+        ({"SIP_TRUNK": "trunk.example.com"}, "sip: URI"),
+        ({"SIP_TRUNK_USERNAME": "acct"}, "go together"),
     ],
 )
 def test_bad_settings_name_the_variable(env, message):
@@ -54,3 +60,23 @@ def test_dotenv_is_read(tmp_path, monkeypatch):
     settings = Settings.from_env()
     assert settings.port == 9191
     assert settings.vad == "silero"
+
+
+def test_sip_is_off_unless_a_port_is_set():
+    assert Settings.from_env({}).sip_port is None
+    settings = Settings.from_env(
+        {
+            "SIP_PORT": "5060",
+            "SIP_HOST": "10.1.2.3",
+            "SIP_ALLOW": "203.0.113.0/24, 198.51.100.7",
+            "SIP_CREDENTIALS": "pbx:s3cret",
+            "SIP_TRUNK": "sip:trunk.example.com:5060",
+            "SIP_TRUNK_USERNAME": "acct",
+            "SIP_TRUNK_PASSWORD": "pw",
+        }
+    )
+    assert (settings.sip_host, settings.sip_port) == ("10.1.2.3", 5060)
+    assert settings.sip_allow == ("203.0.113.0/24", "198.51.100.7")
+    assert settings.sip_credentials == {"pbx": "s3cret"}
+    assert settings.sip_trunk_auth == ("acct", "pw")
+    assert "s3cret" not in repr(settings) and "pw" not in repr(settings)

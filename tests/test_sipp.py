@@ -8,8 +8,10 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from telephony import g711
 from telephony.rtp import RtpClosed, RtpSession
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import SipCall, SipEndpoint
@@ -41,14 +43,16 @@ async def sipp(
     service: str = "answer",
     *extra: str,
     cwd: Path | None = None,
+    media_port: int | None = None,
+    timeout_s: int = 20,
 ) -> str:
     """Run one sipp call of ``scenario`` against ``endpoint``; its output, failing on error."""
     command = [
-        "timeout", "40", "sipp", f"127.0.0.1:{endpoint.port}",
+        "timeout", str(timeout_s + 20), "sipp", f"127.0.0.1:{endpoint.port}",
         "-sf", str(SCENARIOS / scenario), "-s", service, "-m", "1",
         "-i", "127.0.0.1", "-p", str(free_udp_port()),
-        "-mi", "127.0.0.1", "-mp", str(free_udp_port()),
-        "-timeout", "20s", "-timeout_error", "-nostdin", "-nd",
+        "-mi", "127.0.0.1", "-mp", str(media_port or free_udp_port()),
+        "-timeout", f"{timeout_s}s", "-timeout_error", "-nostdin", "-nd",
         *extra,
     ]  # fmt: skip
     process = await asyncio.create_subprocess_exec(
@@ -73,6 +77,30 @@ async def endpoint() -> AsyncIterator[SipEndpoint]:
 async def test_basic_call(endpoint: SipEndpoint) -> None:
     await sipp(endpoint, "basic.xml")
     assert endpoint.calls == {}
+
+
+async def test_basic_call_with_two_way_rtp() -> None:
+    """sipp's -rtp_echo returns our packets: what we send is what comes back, in order."""
+    t = np.arange(8000) / 8000
+    sent = g711.encode("PCMU", (8000 * np.sin(2 * np.pi * 440 * t)).astype("<i2").tobytes())
+    echoed: list[bytes] = []
+
+    async def talk(call: SipCall) -> None:
+        await call.answer()
+        assert isinstance(call.media, RtpSession)
+        call.media.write(g711.decode("PCMU", sent))
+        async for frame in call.media:
+            echoed.append(frame.payload)
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=talk, timers=Timers(t1=0.1, t2=0.4, t4=0.5))
+    await ua.start()
+    try:
+        await sipp(ua, "echo.xml", "answer", "-rtp_echo")
+    finally:
+        await ua.close()
+    back = b"".join(echoed).lstrip(b"\xff")  # the silence sent before our audio was queued
+    assert len(back) >= 4000, f"{len(back)} bytes echoed"
+    assert back[:4000] in sent  # contiguous: no packet lost, reordered or altered
 
 
 async def test_bye_from_the_agent(endpoint: SipEndpoint) -> None:

@@ -44,6 +44,8 @@ from telephony.sip.transaction import (
 
 log = logging.getLogger(__name__)
 ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"
+#: G.711's rate: a SIP call's pipeline runs at it.
+SAMPLE_RATE = 8000
 Address = tuple[str, int]
 
 
@@ -469,6 +471,7 @@ class SipEndpoint:
             remote_number=uri_user(dialog.remote_uri),
             local_number=uri_user(request.uri),
             network_id=request.call_id,
+            sample_rate=SAMPLE_RATE,
             extra={"remote_address": f"{txn.source[0]}:{txn.source[1]}"},
         )
         call = SipCall(
@@ -575,6 +578,7 @@ class SipEndpoint:
             remote_number=uri_user(uri),
             local_number=user,
             network_id=invite.call_id,
+            sample_rate=SAMPLE_RATE,
         )
         call = SipCall(self, dialog, session, local, info)
         self.calls[invite.call_id] = call

@@ -1,0 +1,106 @@
+"""A whole SIP call: sipp dials the agent server and speaks; Whisper hears it; the agent answers.
+
+The server answers SIP because ``SIP_PORT`` is set, exactly as ``agent serve`` does.
+What the agent sends back is caught on the loopback interface (a raw socket: the
+tests run as root, as the network-namespace tests do), so the proof that audio came
+back is the packets themselves, not the agent's own counters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+from aiohttp import web
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from agent.models import Call
+from agent.runtime import AgentRuntime
+from agent.server import CALLS, SIP, make_app
+from telephony import g711
+from tests.audio import speech_pcm, words
+from tests.conftest import settings_for
+from tests.test_sipp import free_udp_port, sipp
+
+pytestmark = [pytest.mark.models]
+ETH_P_IP = 0x0800
+PACKET_HOST = 0
+
+
+@contextmanager
+def udp_to_port(port: int) -> Iterator[list[bytes]]:
+    """The UDP payloads sent to ``port`` on loopback while the block runs."""
+    sniffer = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IP))
+    sniffer.bind(("lo", 0))
+    sniffer.settimeout(0.2)
+    payloads: list[bytes] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                frame, address = sniffer.recvfrom(65535)
+            except TimeoutError:
+                continue
+            if address[2] != PACKET_HOST or frame[14 + 9] != socket.IPPROTO_UDP:
+                continue
+            ip = frame[14:]
+            udp = ip[(ip[0] & 0x0F) * 4 :]
+            if struct.unpack_from("!H", udp, 2)[0] == port:
+                payloads.append(bytes(udp[8:]))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield payloads
+    finally:
+        stop.set()
+        reader.join()
+        sniffer.close()
+
+
+async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(
+    cpu_models, tmp_path
+):
+    sentence = "Yes, this is Jordan Smith speaking."
+    (tmp_path / "sentence.ulaw").write_bytes(g711.encode("PCMU", speech_pcm(sentence, 8000)))
+    db_url = f"sqlite:///{tmp_path / 'agent.db'}"
+    caller_media = free_udp_port()
+    async with AgentRuntime(settings_for(cpu_models, db_url, SIP_PORT="0")) as ctx:
+        app = make_app(ctx)
+        runner = web.AppRunner(app)
+        await runner.setup()  # starts the SIP endpoint
+        try:
+            with udp_to_port(caller_media) as agent_rtp:
+                await sipp(
+                    app[SIP],
+                    "spoken_call.xml",
+                    cwd=tmp_path,
+                    media_port=caller_media,
+                    timeout_s=40,
+                )
+            await asyncio.wait_for(asyncio.gather(*app[CALLS].tasks()), 30)
+        finally:
+            await runner.cleanup()
+        with Session(ctx.engine) as session:
+            call = session.scalar(select(Call).options(selectinload(Call.turns)))
+            assert call is not None
+            transport, end_reason = call.transport, call.end_reason
+            heard = words(" ".join(t.user_text or "" for t in call.turns))
+            said = " ".join(t.agent_text or "" for t in call.turns)
+
+    assert transport == "sip" and end_reason == "caller_hung_up"
+    assert {"jordan", "smith"} <= set(heard), heard
+    assert "date of birth" in said, said  # the policy's answer to the identity
+    # The agent's voice came back as RTP: 20 ms mu-law packets, and not silence.
+    audio = [p[12:] for p in agent_rtp if len(p) == 12 + 160 and p[1] & 0x7F == 0]
+    assert len(audio) > 100, f"{len(agent_rtp)} packets, {len(audio)} of PCMU audio"
+    pcm = np.frombuffer(g711.decode("PCMU", b"".join(audio)), dtype=np.int16)
+    assert np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300
