@@ -16,10 +16,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[cpu-models,dev]'
 	touch $@
 
-# What the tests drive besides Python: a real browser, network namespaces, sox.
+# What the tests drive besides Python: a real browser, network namespaces, sox,
+# sipp (a real SIP peer) and Kamailio (the SIP edge).
 system-test-deps:
-	@if ! command -v chromium >/dev/null || ! command -v ip >/dev/null || ! command -v sox >/dev/null || ! command -v sipp >/dev/null; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox sip-tester >/dev/null; \
+	@if ! command -v chromium >/dev/null || ! command -v ip >/dev/null || ! command -v sox >/dev/null || ! command -v sipp >/dev/null || ! test -x /usr/sbin/kamailio; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox sip-tester kamailio >/dev/null; \
 	fi
 
 run: $(VENV)/.installed

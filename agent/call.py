@@ -169,7 +169,11 @@ class Call:
         guard: list[FrameProcessor] = []
         if self.policy is not None:
             phrasing = (
-                Phrasing(self.policy, self._ctx.prompts.turn)
+                Phrasing(
+                    self.policy,
+                    self._ctx.prompts.turn,
+                    deadline_s=settings.llm_phrase_deadline_ms / 1000.0,
+                )
                 if settings.llm_mode == "phrase"
                 else None
             )

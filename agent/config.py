@@ -46,6 +46,13 @@ def _int(env: dict[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _positive(env: dict[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
 def _bool(env: dict[str, str], name: str, default: bool) -> bool:
     raw = (env.get(name) or "").strip().lower()
     if raw == "":
@@ -141,6 +148,8 @@ class Settings:
     llm_api_key: str = "none"
     llm_max_tokens: int = 40
     llm_mode: str = "templates"
+    #: Production mode: the LLM's first words later than this, the policy's text is said.
+    llm_phrase_deadline_ms: int = 200
     # Listening.
     vad: str = "webrtc"
     vad_aggressiveness: int = 2
@@ -221,6 +230,7 @@ class Settings:
             llm_api_key=env.get("LLM_API_KEY", "none"),
             llm_max_tokens=_int(env, "LLM_MAX_TOKENS", 40),
             llm_mode=llm_mode,
+            llm_phrase_deadline_ms=_positive(env, "LLM_PHRASE_DEADLINE_MS", 200),
             vad=vad,
             vad_aggressiveness=aggressiveness,
             vad_start_secs=_float(env, "VAD_START_SECS", 0.2),

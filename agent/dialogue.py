@@ -18,6 +18,7 @@ of its sentences is blocked (the rest of that response is dropped).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +65,17 @@ class PolicyProcessor(FrameProcessor):
         if phrasing is not None:
             phrasing.bind(self.speak)
 
+    async def _deadline(self, turn: int) -> None:
+        """Speak the policy's text if the LLM has not begun phrasing it in time."""
+        assert self._phrasing is not None
+        await asyncio.sleep(self._phrasing.deadline_s)
+        reply = self._phrasing.expire(turn)
+        if reply is not None:
+            logger.warning(
+                "LLM missed the %.0f ms phrasing deadline", 1000 * self._phrasing.deadline_s
+            )
+            await self.speak(reply)
+
     async def speak(self, reply: Reply) -> None:
         """Push ``reply`` as one agent response; end the call after it if it says so."""
         self.report_events()
@@ -85,9 +97,9 @@ class PolicyProcessor(FrameProcessor):
             if self._phrasing is not None and reply.phrase is not None:
                 self.report_events()
                 messages = frame.context.get_messages()
-                await self.push_frame(
-                    LLMContextFrame(self._phrasing.context(messages, text, reply))
-                )
+                request = self._phrasing.context(messages, text, reply)
+                self.create_task(self._deadline(self._phrasing.turn), name="phrase_deadline")
+                await self.push_frame(LLMContextFrame(request))
             else:
                 await self.speak(reply)
             return
@@ -139,8 +151,9 @@ class GuardProcessor(FrameProcessor):
         if isinstance(frame, TemplateTextFrame):
             await self.push_frame(frame, direction)
         elif isinstance(frame, LLMFullResponseStartFrame):
-            self._phrased = self._phrasing is not None and self._phrasing.pending is not None
-            self._spoke = self._blocked = False
+            late = self._phrasing is not None and self._phrasing.expired
+            self._phrased = self._phrasing is not None and self._phrasing.claim()
+            self._spoke, self._blocked = False, late  # a late answer is dropped whole
             await self.push_frame(frame, direction)
         elif isinstance(frame, LLMTextFrame):
             if self._blocked:

@@ -11,6 +11,10 @@ it understood more than the rules did; each call is gated by
 words. Whatever the LLM writes still passes the output guard, and whenever its
 version is missing or blocked the policy's vetted text is spoken instead.
 
+The caller must never wait on it: when the LLM's first words have not come
+within ``deadline_s`` of the request, the policy's text is spoken and the LLM's
+late answer (text or tool call) is dropped.
+
 The instruction is the last message, after the system prompt and the call so
 far, so the system part stays a stable prefix for the server's KV cache.
 """
@@ -71,15 +75,23 @@ class Phrasing:
 
     ``pending`` is the policy reply the LLM is phrasing right now: the guard speaks
     its vetted texts if the LLM's version never comes or is blocked, and a tool call
-    settles it (the policy's answer to the tool is spoken instead).
+    settles it (the policy's answer to the tool is spoken instead). ``turn`` counts
+    the requests, so a deadline set for one never fires on the next; ``expired``
+    says the current one missed its deadline and whatever the LLM says is dropped.
     """
 
-    def __init__(self, policy: ConversationPolicy, turn_template: str) -> None:
+    def __init__(
+        self, policy: ConversationPolicy, turn_template: str, deadline_s: float = 0.2
+    ) -> None:
         if not turn_template:
             raise ValueError("LLM_MODE=phrase needs the prompt version's turn.txt")
         self.policy = policy
+        self.deadline_s = deadline_s
         self._template = turn_template
         self.pending: Reply | None = None
+        self.turn = 0
+        self.expired = False
+        self._started = False
         self._speak: Speak | None = None
 
     def bind(self, speak: Speak) -> None:
@@ -90,6 +102,8 @@ class Phrasing:
         """The LLM request for this turn: the call so far, then the narrow instruction."""
         assert reply.phrase is not None
         self.pending = reply
+        self.turn += 1
+        self.expired = self._started = False
         messages = list(history)
         if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "user":
             messages.pop()
@@ -128,6 +142,13 @@ class Phrasing:
 
     async def _gate(self, params: FunctionCallParams) -> None:
         """A tool call of the LLM: the policy decides, its answer is what is spoken."""
+        if self.expired:
+            logger.info("LLM called %s after the turn's deadline: dropped", params.function_name)
+            await params.result_callback(
+                {"allowed": False, "reason": "too late: the agent has answered already"},
+                properties=FunctionCallResultProperties(run_llm=False),
+            )
+            return
         outcome = self.policy.on_tool_call(params.function_name, dict(params.arguments or {}))
         self.pending = None
         logger.info(
@@ -142,6 +163,21 @@ class Phrasing:
         )
         if self._speak is not None:
             await self._speak(outcome.reply)
+
+    def claim(self) -> bool:
+        """The LLM's response begins: True if it phrases the pending reply in time."""
+        if self.expired:
+            return False
+        self._started = True
+        return self.pending is not None
+
+    def expire(self, turn: int) -> Reply | None:
+        """The deadline of request ``turn`` passed: the reply to speak now, if the LLM
+        has not begun; from here its answer to that request is dropped."""
+        if turn != self.turn or self._started or self.pending is None:
+            return None
+        self.expired = True
+        return self.take_fallback()
 
     def take_fallback(self) -> Reply | None:
         """The vetted reply to speak instead of the LLM's (once), if one is pending."""

@@ -1,5 +1,6 @@
 """The policy and the guard as pipeline processors (pipecat's own test harness)."""
 
+import asyncio
 import datetime as dt
 import json
 
@@ -17,7 +18,8 @@ from pipecat.frames.frames import (
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.processors.aggregators.llm_context import LLMContext
-from pipecat.tests.utils import run_test
+from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.tests.utils import SleepFrame, run_test
 
 from agent.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame
 from agent.llm import ChatCompletionsLLMService
@@ -258,3 +260,35 @@ async def test_a_tool_call_through_the_openai_service_is_gated_and_answered():
     assert "$50 a month starting" in spoken and "Would that work" not in spoken  # confirmed
     assert p.promise is not None and p.disposition == "payment_plan"
     assert "tool_call" in [e.kind for e in events]
+
+
+class SlowLLM(FrameProcessor):
+    """An LLM whose first words come long after the phrasing deadline."""
+
+    async def process_frame(self, frame, direction):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMContextFrame):
+            await asyncio.sleep(0.5)
+            await self.push_frame(LLMFullResponseStartFrame())
+            await self.push_frame(LLMTextFrame("Late words from the model."))
+            await self.push_frame(LLMFullResponseEndFrame())
+        else:
+            await self.push_frame(frame, direction)
+
+
+async def test_when_the_llm_misses_its_deadline_the_policy_speaks_and_the_late_answer_is_dropped():
+    p = verified_policy(min_installment=50)
+    phrasing = Phrasing(p, PROMPTS.turn, deadline_s=0.05)
+    pipeline = Pipeline(
+        [
+            PolicyProcessor(p, lambda e: None, phrasing),
+            SlowLLM(),
+            GuardProcessor(p, lambda e: None, phrasing=phrasing),
+        ]
+    )
+    context = LLMContext(messages=[{"role": "user", "content": "I can do twenty dollars a month."}])
+    # The end comes after the slow LLM has answered.
+    down, _ = await run_test(pipeline, frames_to_send=[LLMContextFrame(context), SleepFrame(1.0)])
+    spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
+    assert len(spoken) == 1 and "$50 a month" in spoken[0], spoken
+    assert phrasing.expired

@@ -90,3 +90,34 @@ def test_phrase_mode_needs_the_turn_template():
 
 async def _append(into, reply):
     into.append(reply)
+
+
+async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
+    p = phrasing(*VERIFY, min_installment=50)
+    reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
+    p.context([], "I can do twenty dollars a month.", reply)
+    assert p.expire(p.turn - 1) is None  # an earlier request's deadline never fires here
+    assert p.expire(p.turn) is reply and p.expired
+    assert not p.claim()  # the LLM's words, when they come, are dropped
+    spoken, results = [], []
+    p.bind(lambda r: _append(spoken, r))
+
+    async def result_callback(result, *, properties=None):
+        results.append(result)
+
+    args = {"amount": 300, "date": "2026-12-10", "method": "check"}
+    await p._gate(
+        SimpleNamespace(
+            function_name="record_promise", arguments=args, result_callback=result_callback
+        )
+    )
+    assert results[0]["allowed"] is False and "too late" in results[0]["reason"]
+    assert spoken == [] and p.policy.promise is None
+
+
+def test_once_the_llm_has_begun_the_deadline_passes_quietly():
+    p = phrasing(*VERIFY, min_installment=50)
+    reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
+    p.context([], "I can do twenty dollars a month.", reply)
+    assert p.claim()
+    assert p.expire(p.turn) is None and not p.expired

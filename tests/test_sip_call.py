@@ -66,9 +66,7 @@ def udp_to_port(port: int) -> Iterator[list[bytes]]:
         sniffer.close()
 
 
-async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(
-    cpu_models, tmp_path
-):
+async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(cpu_models, tmp_path):
     sentence = "Yes, this is Jordan Smith speaking."
     (tmp_path / "sentence.ulaw").write_bytes(g711.encode("PCMU", speech_pcm(sentence, 8000)))
     db_url = f"sqlite:///{tmp_path / 'agent.db'}"

@@ -88,6 +88,20 @@ def test_response_copies_dialog_headers_and_adds_the_to_tag() -> None:
     assert make_response(request, 100, to_tag="b2").headers.get("To") == "<sip:agent@127.0.0.1>"
 
 
+def test_a_dialog_response_to_an_invite_keeps_the_proxies_record_route() -> None:
+    routed = INVITE.replace(
+        b"i: call-1\r\n",
+        b"i: call-1\r\nRecord-Route: <sip:edge1;lr>, <sip:edge2;lr>\r\n",
+    )
+    request = parse(routed)
+    assert isinstance(request, SipRequest)
+    routes = ["<sip:edge1;lr>", "<sip:edge2;lr>"]
+    assert make_response(request, 180, to_tag="b2").headers.get_all("Record-Route") == routes
+    assert make_response(request, 200, to_tag="b2").headers.get_all("Record-Route") == routes
+    for status in (100, 486):  # no dialog: no route set
+        assert make_response(request, status, to_tag="b2").headers.get_all("Record-Route") == []
+
+
 def test_uri_host_port() -> None:
     assert uri_host_port("sip:+1555@trunk.example;transport=udp") == ("trunk.example", 5060)
     assert uri_host_port("sip:[::1]:5070") == ("::1", 5070)

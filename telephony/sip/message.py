@@ -433,10 +433,18 @@ def make_response(
     content_type: str | None = None,
     headers: list[tuple[str, str]] | None = None,
 ) -> SipResponse:
-    """A response to ``request`` per RFC 3261 §8.2.6 (Via, From, To, Call-ID, CSeq copied)."""
+    """A response to ``request`` per RFC 3261 §8.2.6 (Via, From, To, Call-ID, CSeq copied).
+
+    A response that makes or confirms a dialog (a 101-299 to an INVITE) also carries
+    the request's Record-Route (§12.1.1), so the caller's in-dialog requests go back
+    through the proxies that asked to stay on the path.
+    """
     response = SipResponse(status=status, reason=reason or REASONS.get(status, "Unknown"))
     for via in request.headers.get_all("Via"):
         response.headers.add("Via", via)
+    if request.method == "INVITE" and 100 < status < 300:
+        for route in request.headers.get_all("Record-Route"):
+            response.headers.add("Record-Route", route)
     for name in ("From", "To", "Call-ID", "CSeq"):
         value = request.headers.get(name)
         if value is not None:
