@@ -118,6 +118,9 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
         raise ConfigError(
             f"SIP_TRUNK must be a sip: URI like sip:trunk.example.com:5060, got {trunk!r}"
         )
+    transfer = env.get("TRANSFER_TARGET") or None
+    if transfer is not None and not transfer.startswith(("sip:", "tel:")):
+        raise ConfigError(f"TRANSFER_TARGET must be a sip: or tel: URI, got {transfer!r}")
     trunk_user = env.get("SIP_TRUNK_USERNAME") or ""
     trunk_password = env.get("SIP_TRUNK_PASSWORD") or ""
     if bool(trunk_user) != bool(trunk_password):
@@ -129,6 +132,7 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
         "sip_credentials": credentials,
         "sip_trunk": trunk,
         "sip_trunk_auth": (trunk_user, trunk_password) if trunk_user else None,
+        "transfer_target": transfer,
     }
 
 
@@ -189,6 +193,8 @@ class Settings:
     #: Where outbound calls go (the trunk), and our credentials for its challenges.
     sip_trunk: str | None = None
     sip_trunk_auth: tuple[str, str] | None = field(default=None, repr=False)
+    #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
+    transfer_target: str | None = None
 
     @property
     def embedded_models(self) -> bool:

@@ -181,6 +181,8 @@ class ConversationPolicy:
     party: str = "unverified"
     disposition: str | None = None
     promise: Promise | None = None
+    #: The call ended with a hand-off to a person: the line transfers it where it can.
+    transfer_requested: bool = False
     events: list[PolicyEvent] = field(default_factory=list)
     _tries: int = 0
     _question: str = ""
@@ -550,5 +552,6 @@ class ConversationPolicy:
     def _end(self, disposition: str, texts: list[str], transfer: bool = False) -> Reply:
         self.disposition = disposition
         self.stage = Stage.ENDED
+        self.transfer_requested = transfer
         self._note("disposition", {"disposition": disposition, "party": self.party})
         return Reply(texts, end_call=True, transfer=transfer)

@@ -37,7 +37,7 @@ from agent.models import Call as CallRow
 from agent.policy import ConversationPolicy, Templates
 from agent.runtime import AgentRuntime
 from agent.scenarios import account_from
-from telephony.line import CallInfo
+from telephony.line import CallInfo, LineError
 from telephony.livekit import LiveKitConfig
 from telephony.livekit import add_routes as add_livekit_routes
 from telephony.media_stream import StartedCall, carrier_config
@@ -267,13 +267,21 @@ async def _end_calls(app: web.Application) -> None:
 
 
 async def _answer_sip(app: web.Application, line: SipCall) -> None:
-    """A SIP call: pick up, hold the call as any other, hang up when it is over."""
+    """A SIP call: pick up, hold the call as any other, hand it to a person when the
+    conversation asked for one (REFER to ``TRANSFER_TARGET``), else hang up."""
     await line.answer()
     if line.state != "confirmed":
         return  # cancelled while ringing
     started = start_call(app, line.transport(), line.info)
     try:
         await started.task
+        live = app[CALLS].get(started.call_id)
+        target = app[CTX].settings.transfer_target
+        if target and live and live.call.policy and live.call.policy.transfer_requested:
+            try:
+                await line.transfer(target)
+            except LineError as e:
+                logger.warning("call %s not transferred: %s", started.call_id, e)
     finally:
         await line.hang_up()
 

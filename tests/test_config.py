@@ -45,6 +45,7 @@ def test_model_urls_together():
         ({"SIP_CREDENTIALS": "alice"}, "user:password"),
         ({"SIP_TRUNK": "trunk.example.com"}, "sip: URI"),
         ({"SIP_TRUNK_USERNAME": "acct"}, "go together"),
+        ({"TRANSFER_TARGET": "collectors"}, "TRANSFER_TARGET must be"),
     ],
 )
 def test_bad_settings_name_the_variable(env, message):

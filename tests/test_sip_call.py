@@ -18,18 +18,20 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 from aiohttp import web
+from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from agent.models import Call
+from agent.config import Settings
 from agent.runtime import AgentRuntime
 from agent.server import CALLS, SIP, make_app
+from infra.stub_server import create_app
 from telephony import g711
 from tests.audio import speech_pcm, words
 from tests.conftest import settings_for
 from tests.test_sipp import free_udp_port, sipp
 
-pytestmark = [pytest.mark.models]
 ETH_P_IP = 0x0800
 PACKET_HOST = 0
 
@@ -66,6 +68,7 @@ def udp_to_port(port: int) -> Iterator[list[bytes]]:
         sniffer.close()
 
 
+@pytest.mark.models
 async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(cpu_models, tmp_path):
     sentence = "Yes, this is Jordan Smith speaking."
     (tmp_path / "sentence.ulaw").write_bytes(g711.encode("PCMU", speech_pcm(sentence, 8000)))
@@ -102,3 +105,39 @@ async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(cp
     assert len(audio) > 100, f"{len(agent_rtp)} packets, {len(audio)} of PCMU audio"
     pcm = np.frombuffer(g711.decode("PCMU", b"".join(audio)), dtype=np.int16)
     assert np.sqrt(np.mean(pcm.astype(np.float64) ** 2)) > 300
+
+
+async def test_a_caller_who_wants_a_person_is_transferred_with_a_refer(tmp_path):
+    """Stub models that hear "let me talk to a real person": the policy hands off, and the
+    SIP line REFERs the caller to TRANSFER_TARGET (sipp checks the Refer-To) before BYE."""
+    sentence = "Let me talk to a real person."
+    (tmp_path / "sentence.ulaw").write_bytes(g711.encode("PCMU", speech_pcm(sentence, 8000)))
+    models = TestServer(create_app(transcript=sentence))
+    await models.start_server()
+    base = f"{models.host}:{models.port}"
+    settings = Settings.from_env(
+        {
+            "STT_URL": f"ws://{base}/v1/listen",
+            "LLM_URL": f"http://{base}/v1",
+            "TTS_URL": f"http://{base}/v1/speech",
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
+            "SIP_PORT": "0",
+            "TRANSFER_TARGET": "sip:collectors@pbx.example",
+        }
+    )
+    try:
+        async with AgentRuntime(settings) as ctx:
+            app = make_app(ctx)
+            runner = web.AppRunner(app)
+            await runner.setup()
+            try:
+                await sipp(app[SIP], "transfer.xml", cwd=tmp_path, timeout_s=30)
+                await asyncio.wait_for(asyncio.gather(*app[CALLS].tasks()), 30)
+            finally:
+                await runner.cleanup()
+            with Session(ctx.engine) as session:
+                call = session.scalar(select(Call))
+                assert call is not None
+                assert (call.transport, call.disposition) == ("sip", "escalated_to_human")
+    finally:
+        await models.close()
