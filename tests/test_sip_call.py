@@ -22,8 +22,8 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from agent.models import Call
 from agent.config import Settings
+from agent.models import Call
 from agent.runtime import AgentRuntime
 from agent.server import CALLS, SIP, make_app
 from infra.stub_server import create_app
