@@ -27,6 +27,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
 )
 from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
@@ -215,11 +216,18 @@ class Call:
         return worker, ledger
 
     def _build_tts(self) -> StreamingTTSService:
-        """The self-hosted TTS alone, or behind the router when a fallback is configured."""
+        """The self-hosted TTS alone, or behind the router when a fallback is configured.
+
+        With the policy in the call, the guard cuts the text into checked units (the
+        first clause, then sentences), so the TTS speaks each as it comes instead of
+        waiting for a sentence of its own (pipecat's TOKEN mode)."""
         settings, session = self._ctx.settings, self._ctx.sessions.session("tts")
+        mode = TextAggregationMode.TOKEN if self.policy else TextAggregationMode.SENTENCE
         breaker = self._ctx.tts_breaker
         if breaker is None or settings.tts_fallback_api_key is None:
-            return StreamingTTSService(url=self._ctx.models.tts_url, session=session)
+            return StreamingTTSService(
+                url=self._ctx.models.tts_url, session=session, text_aggregation_mode=mode
+            )
         config = FallbackConfig(
             vendor=settings.tts_fallback,
             url=settings.tts_fallback_url,
@@ -234,6 +242,7 @@ class Call:
             breaker=breaker,
             deadline_s=settings.tts_fallback_deadline_ms / 1000.0,
             on_event=self._record_event,
+            text_aggregation_mode=mode,
         )
         return self._router
 

@@ -8,7 +8,11 @@ to end once the goodbye has been spoken.
 
 ``GuardProcessor`` sits between the LLM and the TTS: every sentence the LLM
 writes is checked before it can be spoken; a blocked one is replaced by a safe
-fixed sentence and recorded as a compliance event.
+fixed sentence and recorded as a compliance event. It is also what cuts the
+text into units of speech (the TTS speaks each unit it gets at once): the
+response's first clause goes ahead as soon as it is complete and allowed on its
+own, so the voice starts before the first sentence is written; the whole
+sentence is still checked when it ends.
 
 In production mode (``agent.phrasing``) the policy processor sends the LLM a
 narrow request for the replies the LLM may phrase; the guard then speaks the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -124,6 +129,20 @@ def _last_caller_text(frame: LLMContextFrame) -> str:
     return ""
 
 
+#: Where a clause ends: , ; or : before a space (so "$1,200" is one word).
+CLAUSE_END = re.compile(r"(?<=\w)[,;:](?=\s)")
+#: A first clause shorter than this waits for the sentence ("Well, ..." is no clause).
+MIN_CLAUSE_WORDS = 4
+
+
+def first_clause_end(text: str) -> int:
+    """Where the first clause of ``text`` worth speaking alone ends (0: none yet)."""
+    for match in CLAUSE_END.finditer(text):
+        if len(text[: match.end()].split()) >= MIN_CLAUSE_WORDS:
+            return match.end()
+    return 0
+
+
 class GuardProcessor(FrameProcessor):
     """Checks the LLM's output sentence by sentence before it reaches the TTS."""
 
@@ -140,6 +159,8 @@ class GuardProcessor(FrameProcessor):
         self._guard = guard or OutputGuard()
         self._phrasing = phrasing
         self._pending = ""
+        #: How much of the sentence in ``_pending`` has gone ahead (its first clause).
+        self._flushed = 0
         #: This response is the LLM phrasing a policy reply: what it has done so far.
         self._phrased = self._spoke = self._blocked = self._tool_called = False
 
@@ -154,6 +175,7 @@ class GuardProcessor(FrameProcessor):
             late = self._phrasing is not None and self._phrasing.expired
             self._phrased = self._phrasing is not None and self._phrasing.claim()
             self._spoke, self._blocked = False, late  # a late answer is dropped whole
+            self._pending, self._flushed = "", 0
             await self.push_frame(frame, direction)
         elif isinstance(frame, LLMTextFrame):
             if self._blocked:
@@ -162,6 +184,8 @@ class GuardProcessor(FrameProcessor):
             while (end := match_endofsentence(self._pending)) > 0:
                 sentence, self._pending = self._pending[:end], self._pending[end:]
                 await self._check_and_push(sentence)
+            if not self._spoke and not self._blocked:
+                await self._flush_first_clause()
         elif isinstance(frame, FunctionCallsStartedFrame):
             self._tool_called = True
             await self.push_frame(frame, direction)
@@ -177,11 +201,21 @@ class GuardProcessor(FrameProcessor):
         else:
             await self.push_frame(frame, direction)
 
+    async def _flush_first_clause(self) -> None:
+        """Send the response's first clause ahead once it passes the guard on its own."""
+        cut = first_clause_end(self._pending)
+        if cut and self._guard.check(self._pending[:cut].strip(), self._context()).allowed:
+            self._flushed, self._spoke = cut, True
+            await self.push_frame(LLMTextFrame(self._pending[:cut]))
+
     async def _check_and_push(self, sentence: str) -> None:
+        """Check the whole sentence; speak what of it has not gone ahead already."""
+        flushed, self._flushed = self._flushed, 0
         verdict = self._guard.check(sentence.strip(), self._context())
         if verdict.allowed:
             self._spoke = True
-            await self.push_frame(LLMTextFrame(sentence))
+            if sentence[flushed:].strip():
+                await self.push_frame(LLMTextFrame(sentence[flushed:]))
             return
         logger.warning("blocked a generated sentence (%s): %s", verdict.rule, verdict.reason)
         self._on_event(

@@ -21,7 +21,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
-from agent.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame
+from agent.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame, first_clause_end
 from agent.llm import ChatCompletionsLLMService
 from agent.phrasing import Phrasing
 from agent.policy import TOOLS, ConversationPolicy, Templates
@@ -292,3 +292,43 @@ async def test_when_the_llm_misses_its_deadline_the_policy_speaks_and_the_late_a
     spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
     assert len(spoken) == 1 and "$50 a month" in spoken[0], spoken
     assert phrasing.expired
+
+
+async def test_the_first_clause_goes_ahead_and_the_whole_sentence_is_still_checked():
+    spoken, events = await run_guard(
+        phrased(),
+        LLMTextFrame("I understand that money is tight,"),
+        LLMTextFrame(" and the smallest"),
+        LLMTextFrame(" monthly payment is fifty dollars. Could that work?"),
+    )
+    assert spoken == [
+        "I understand that money is tight,",
+        "and the smallest monthly payment is fifty dollars.",
+        "Could that work?",
+    ]
+    assert events == []
+
+
+async def test_a_short_or_blocked_first_clause_waits_for_its_sentence():
+    guard_events = []
+    guard = GuardProcessor(verified_policy(), guard_events.append)
+    down, _ = await run_test(
+        guard,
+        frames_to_send=[
+            LLMFullResponseStartFrame(),
+            LLMTextFrame("Well, okay,"),  # too short to stand alone
+            LLMTextFrame(" we will have you arrested,"),  # blocked on its own: held back
+            LLMTextFrame(" unless you pay today."),
+            LLMFullResponseEndFrame(),
+        ],
+    )
+    spoken = [f.text for f in down if isinstance(f, LLMTextFrame)]
+    assert "arrested" not in " ".join(spoken)
+    assert [e.kind for e in guard_events] == ["blocked_sentence"]  # once, for the sentence
+
+
+def test_a_clause_ends_at_punctuation_before_a_space_after_enough_words():
+    assert first_clause_end("Your balance is $1,200 with Acme") == 0  # a number, not a clause
+    assert first_clause_end("Well, okay, I see") == 0
+    text = "I see that you can pay; the next step"
+    assert text[: first_clause_end(text)] == "I see that you can pay;"
