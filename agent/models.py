@@ -479,3 +479,75 @@ class Promise(Base):
 
     def __repr__(self) -> str:
         return f"<Promise {self.id} debt {self.debt_id} {self.amount_cents} {self.status}>"
+
+
+# -- the console's people ----------------------------------------------------
+
+
+class Role(enum.StrEnum):
+    """What a console user may see and do (docs/console.md)."""
+
+    #: Works the accounts: calls, transcripts, consumers.
+    OPERATOR = "operator"
+    #: Runs the agency: everything an operator sees, and the audit log.
+    OWNER = "owner"
+    #: Runs the system: users and settings.
+    ADMIN = "admin"
+
+
+class User(Base):
+    """A person who logs in to the console; disabled, never deleted, so the audit keeps them."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: A login name or an e-mail address, lower-cased.
+    username: Mapped[str] = mapped_column(String(254), unique=True)
+    #: The argon2 hash in its PHC string form (it carries its own parameters and salt).
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[dt.datetime]
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    __table_args__ = (_one_of("role", Role),)
+
+    def __repr__(self) -> str:
+        return f"<User {self.id} {self.role}{' disabled' if self.disabled else ''}>"
+
+
+class UserSession(Base):
+    """A logged-in browser. Only the token's SHA-256 is kept: a copy of the table logs no one in."""
+
+    __tablename__ = "sessions"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[dt.datetime]
+    #: The earlier of the idle timeout and the absolute lifetime; moved on as the user works.
+    expires_at: Mapped[dt.datetime] = mapped_column(index=True)
+    last_seen_at: Mapped[dt.datetime]
+    user_agent: Mapped[str | None] = mapped_column(String(256))
+    ip: Mapped[str | None] = mapped_column(String(45))
+
+    def __repr__(self) -> str:
+        return f"<UserSession user {self.user_id} until {self.expires_at.isoformat()}>"
+
+
+class AuditEntry(Base):
+    """Who looked at or changed what, and when: every view of a call by a person."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[dt.datetime]
+    #: None for the command line (``python -m agent users ...``).
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
+    #: ``view_call``, ``login``, ``logout``, ``user_add``, ...
+    action: Mapped[str] = mapped_column(String(64))
+    object_id: Mapped[str | None] = mapped_column(String(64))
+    ip: Mapped[str | None] = mapped_column(String(45))
+
+    __table_args__ = (Index("ix_audit_log_object_id_at", "object_id", "at"),)
+
+    def __repr__(self) -> str:
+        return f"<AuditEntry {self.id} {self.action} {self.object_id} by {self.user_id}>"
