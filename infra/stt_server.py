@@ -5,17 +5,21 @@ detector says the caller has finished (``finalize``). Audio is resampled to 16 k
 streams in, so a finalize costs only the model run; finals of all calls that arrive close
 together share one model call (infra/stt_batcher.py). The protocol is in docs/protocols.md.
 
-Run: ``python -m infra.stt_server --host 127.0.0.1 --port 8001``.
+Run: ``python -m infra.stt_server --host 127.0.0.1 --port 8001``. Three backends serve the same
+protocol (``--backend``, docs/stt-backends.md): faster-whisper (the CPU default, or CUDA),
+transformers (PyTorch on the GPU, ``--compile``) and TensorRT-LLM engines (``trtllm``).
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import logging
 import time
 import weakref
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +46,7 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 NO_SPEECH_THRESHOLD = 0.6
 LOG_PROB_THRESHOLD = -1.0
 """faster-whisper's defaults: a row this likely silent and this unsure of its words is silence."""
+BACKENDS = ("faster-whisper", "transformers", "trtllm")
 
 
 class WhisperTranscriber:
@@ -368,10 +373,11 @@ def add_listen_route(
 def create_app(
     transcriber: Transcriber,
     *,
+    backend: str = "faster-whisper",
     window_ms: float = DEFAULT_WINDOW_MS,
     max_batch: int = DEFAULT_MAX_BATCH,
 ) -> web.Application:
-    """The STT server: ``/health`` (with the batcher's counters) and ``/v1/listen``."""
+    """The STT server: ``/health`` (backend, model, the batcher's counters) and ``/v1/listen``."""
     app = web.Application()
     batcher = add_listen_route(app, transcriber, window_ms=window_ms, max_batch=max_batch)
 
@@ -381,19 +387,95 @@ def create_app(
             "max_batch": batcher.max_batch,
             **batcher.stats.as_dict(),
         }
-        return web.json_response({"status": "ok", "model": transcriber.name, "batching": batching})
+        return web.json_response(
+            {"status": "ok", "backend": backend, "model": transcriber.name, "batching": batching}
+        )
 
     app.router.add_get("/health", health)
     return app
 
 
+def load_transcriber(args: argparse.Namespace) -> Transcriber:
+    """The backend ``args`` ask for, loaded (model directories already checked)."""
+    if args.backend == "transformers":
+        try:
+            from infra.whisper_transformers import TransformersWhisperTranscriber
+        except ImportError as error:
+            raise ImportError(
+                f"it needs torch and transformers (the gpu extra): {error}"
+            ) from error
+        return TransformersWhisperTranscriber(
+            args.model, device=args.device or "cuda", compile=args.compile, max_batch=args.max_batch
+        )
+    if args.backend == "trtllm":
+        from infra.whisper_trtllm import TrtllmWhisperTranscriber
+
+        return TrtllmWhisperTranscriber(args.engine_dir, args.model, max_batch=args.max_batch)
+    return WhisperTranscriber(
+        args.model,
+        name=Path(args.model).name if args.model else "whisper-tiny.en",
+        cpu_threads=args.threads,
+        device=args.device or "cpu",
+        compute_type=args.compute_type,
+    )
+
+
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse bad batching values, flags of another backend, missing flags and directories."""
+    if args.batch_window_ms < 0 or args.max_batch < 1:
+        parser.error("--batch-window-ms must be >= 0 and --max-batch >= 1")
+    if args.compile and args.backend != "transformers":
+        parser.error("--compile is for --backend transformers")
+    if args.compile and args.device and not args.device.startswith("cuda"):
+        parser.error("--compile needs a CUDA --device")
+    if args.engine_dir and args.backend != "trtllm":
+        parser.error("--engine-dir is for --backend trtllm")
+    if args.backend == "trtllm" and args.device:
+        parser.error("--device is not for --backend trtllm: its engines run on the current GPU")
+    if args.backend in ("transformers", "trtllm") and not args.model:
+        parser.error(f"--backend {args.backend} needs --model, a transformers Whisper directory")
+    if args.backend == "trtllm" and not args.engine_dir:
+        parser.error("--backend trtllm needs --engine-dir (infra/trtllm/build_whisper_engine.sh)")
+    for flag, directory in (("--model", args.model), ("--engine-dir", args.engine_dir)):
+        if directory and not Path(directory).is_dir():
+            parser.error(f"{flag} {directory}: no such directory")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = server_arguments("Streaming speech-to-text server (websocket).")
-    parser.add_argument("--model", default=None, help="CTranslate2 Whisper model directory")
-    parser.add_argument("--threads", type=int, default=default_threads(), help="CPU threads")
-    parser.add_argument("--device", default="cpu", help="CTranslate2 device: cpu, cuda or auto")
     parser.add_argument(
-        "--compute-type", default="int8", help="CTranslate2 compute type (int8, float16, ...)"
+        "--backend", choices=BACKENDS, default="faster-whisper", help="what runs Whisper"
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="faster-whisper: a CTranslate2 Whisper directory (default: tiny.en);"
+        " transformers: a transformers Whisper directory;"
+        " trtllm: the transformers directory of the engines' model (for its processor files)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=default_threads(), help="CPU threads (faster-whisper)"
+    )
+    parser.add_argument(
+        "--device",
+        default=None,
+        help="faster-whisper: cpu, cuda or auto (default cpu); transformers: a torch device"
+        " (default cuda)",
+    )
+    parser.add_argument(
+        "--compute-type",
+        default="int8",
+        help="CTranslate2 compute type (int8, float16, ...; faster-whisper)",
+    )
+    parser.add_argument(
+        "--compile",
+        action="store_true",
+        help="transformers on CUDA: torch.compile the encoder and decode on a static KV cache",
+    )
+    parser.add_argument(
+        "--engine-dir",
+        default=None,
+        help="trtllm: the directory of the encoder/ and decoder/ engines",
     )
     parser.add_argument(
         "--batch-window-ms",
@@ -405,22 +487,28 @@ def main(argv: list[str] | None = None) -> None:
         "--max-batch", type=int, default=DEFAULT_MAX_BATCH, help="most finals in one model call"
     )
     args = parse_server_arguments(parser, argv)
-    if args.batch_window_ms < 0 or args.max_batch < 1:
-        parser.error("--batch-window-ms must be >= 0 and --max-batch >= 1")
+    check_arguments(parser, args)
     logging.getLogger("faster_whisper").setLevel(logging.WARNING)  # it logs every utterance
     started = time.perf_counter()
-    transcriber = WhisperTranscriber(
-        args.model, cpu_threads=args.threads, device=args.device, compute_type=args.compute_type
-    )
+    try:
+        transcriber = load_transcriber(args)
+    except ImportError as error:
+        parser.error(f"--backend {args.backend}: {error}")
     warm_seconds = warm_up(transcriber)
     gc.freeze()  # the model's objects live for the whole process: keep them out of GC scans
     logger.info(
-        "%s loaded in %.1f s (warm-up %.2f s)",
+        "%s on %s loaded in %.1f s (warm-up %.2f s)",
         transcriber.name,
+        args.backend,
         time.perf_counter() - started,
         warm_seconds,
     )
-    app = create_app(transcriber, window_ms=args.batch_window_ms, max_batch=args.max_batch)
+    app = create_app(
+        transcriber,
+        backend=args.backend,
+        window_ms=args.batch_window_ms,
+        max_batch=args.max_batch,
+    )
     web.run_app(app, host=args.host, port=args.port, print=None)
 
 

@@ -66,6 +66,7 @@ async def test_health_names_the_model(stt_url: str) -> None:
         health = await response.json()
     assert health == {
         "status": "ok",
+        "backend": "faster-whisper",
         "model": "whisper-tiny.en",
         "batching": {
             "window_ms": 20.0,
