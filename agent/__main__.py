@@ -1,4 +1,4 @@
-"""Command line: ``python -m agent {serve,simulate,bench} ...``; see ``--help``."""
+"""Command line: ``python -m agent {serve,simulate,portfolio,dial,bench} ...``; see ``--help``."""
 
 from __future__ import annotations
 
@@ -8,8 +8,12 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.config import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from agent.dialer import Campaign, CampaignReport
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -65,6 +69,33 @@ def _parser() -> argparse.ArgumentParser:
         "their line numbers and reasons, good rows are imported",
     )
     load.add_argument("file", type=Path, help="the CSV file")
+
+    dial = commands.add_parser(
+        "dial",
+        help="dial a campaign through the SIP trunk, each call cleared by the pre-dial gate",
+        description="Dial a campaign: a CSV of account_ref,number rows (docs/dialing.md). Each "
+        "entry asks the pre-dial gate first (denied: not dialed, reported with its rule); "
+        "allowed calls go to sip:NUMBER@TRUNK, an answered call is held by the agent with "
+        "the debt's account, and every outcome (answered, voicemail, busy, no_answer, "
+        "not_in_service, failed) is recorded on the attempt. Prints a table of the attempts "
+        "and a summary; exits 1 if any call failed, 2 on a bad file or setting. SIP_HOST and "
+        "SIP_PORT (any free port when unset) are where our end binds; SIP_TRUNK_USERNAME and "
+        "SIP_TRUNK_PASSWORD answer the trunk's challenges.",
+    )
+    dial.add_argument(
+        "--campaign", type=Path, required=True, metavar="FILE", help="the campaign CSV"
+    )
+    dial.add_argument(
+        "--rate", type=float, default=1.0, help="calls started per second at most (default 1.0)"
+    )
+    dial.add_argument(
+        "--concurrency", type=int, default=4, help="calls in progress at most (default 4)"
+    )
+    dial.add_argument(
+        "--trunk",
+        metavar="sip:HOST:PORT",
+        help="the trunk to dial through (default: $SIP_TRUNK)",
+    )
 
     bench = commands.add_parser("bench", help="benchmarks that print a table and write docs/")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -149,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_simulation(settings, scenario))
     if args.command == "portfolio":
         return _import_portfolio(settings, args.file)
+    if args.command == "dial":
+        return _dial(settings, args)
     if args.command == "bench" and args.bench == "stt":
         return _stt_bench(args)
     if args.command == "bench" and args.bench == "guard":
@@ -216,6 +249,78 @@ def _import_portfolio(settings: Settings, path: Path) -> int:
     for row in report.rejected:
         print(f"  line {row.line}: {'; '.join(row.reasons)}")
     return 1 if report.rejected else 0
+
+
+def _dial(settings: Settings, args: argparse.Namespace) -> int:
+    from agent.dialer import FAILED, CampaignError, load_campaign, trunk_address
+    from agent.store import create_engine_for, upgrade
+
+    trunk = args.trunk or settings.sip_trunk
+    if not trunk:
+        print(
+            "no trunk to dial through: pass --trunk sip:HOST:PORT or set SIP_TRUNK", file=sys.stderr
+        )
+        return 2
+    try:
+        trunk_address(trunk)
+    except ValueError as e:
+        print(f"bad trunk {trunk!r}: {e}", file=sys.stderr)
+        return 2
+    if not args.rate > 0 or args.concurrency < 1:
+        print("--rate must be above 0 and --concurrency at least 1", file=sys.stderr)
+        return 2
+    upgrade(settings.database_url)
+    engine = create_engine_for(settings.database_url)
+    try:
+        campaign = load_campaign(engine, args.campaign)
+    except (OSError, CampaignError) as e:
+        print(f"cannot dial {args.campaign}: {e}", file=sys.stderr)
+        for row in e.rejected if isinstance(e, CampaignError) else ():
+            print(f"  line {row.line}: {'; '.join(row.reasons)}", file=sys.stderr)
+        return 2
+    finally:
+        engine.dispose()
+    report = asyncio.run(_run_campaign(settings, campaign, trunk, args.rate, args.concurrency))
+    print(report.table())
+    print(report.summary())
+    return 1 if report.outcomes()[FAILED] else 0
+
+
+async def _run_campaign(
+    settings: Settings, campaign: Campaign, trunk: str, rate: float, concurrency: int
+) -> CampaignReport:
+    """The campaign on this process's agent: the calls are held and stored as the server's."""
+    from functools import partial
+
+    from agent.dialer import Dialer
+    from agent.runtime import AgentRuntime
+    from agent.server import converse, make_app
+    from telephony.sip.ua import SipCall, SipEndpoint
+
+    async def decline(line: SipCall) -> None:
+        await line.hang_up()  # this process only dials out
+
+    async with AgentRuntime(settings) as ctx:
+        app = make_app(ctx)  # not served: it holds the calls as the server would
+        endpoint = SipEndpoint(
+            settings.sip_host,
+            settings.sip_port or 0,
+            on_call=decline,
+            trunk_auth=settings.sip_trunk_auth,
+        )
+        await endpoint.start()
+        try:
+            dialer = Dialer(
+                ctx.engine,
+                endpoint,
+                trunk,
+                converse=partial(converse, app),
+                rate_per_s=rate,
+                concurrency=concurrency,
+            )
+            return await dialer.run(campaign)
+        finally:
+            await endpoint.close()
 
 
 if __name__ == "__main__":

@@ -133,6 +133,8 @@ class AttemptOutcome(enum.StrEnum):
     ATTORNEY = "attorney"
     #: A call the consumer asked for ("call me Monday") within 7 days of asking.
     CONSENTED_CALLBACK = "consented_callback"
+    #: Dialed, but the trunk or the network failed it; counts (whether it rang is unknown).
+    FAILED = "failed"
 
 
 class PromiseStatus(enum.StrEnum):

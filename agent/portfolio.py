@@ -13,12 +13,11 @@ docs/portfolio.md.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import enum
 import logging
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -29,6 +28,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
+from agent import csvfile
 from agent.models import ConsentSource, Consumer, Debt, Phone, PhoneKind, StatuteStatus, TenantType
 from agent.policy import Account
 
@@ -142,7 +142,11 @@ def import_portfolio(engine: Engine, path: str | Path) -> ImportReport:
     path = Path(path)
     report = ImportReport()
     seen_accounts: dict[str, int] = {}
-    for line, raw, problem in _records(path):
+    text = csvfile.read_text(path, "portfolio", PortfolioError)
+    records = csvfile.rows(
+        text, path.name, "portfolio", PortfolioError, REQUIRED_COLUMNS, OPTIONAL_COLUMNS
+    )
+    for line, raw, problem in records:
         reasons = [problem] if problem else []
         row = _validate(line, raw, reasons) if not problem else None
         if row is not None and row.account_ref in seen_accounts:
@@ -180,56 +184,6 @@ def import_portfolio(engine: Engine, path: str | Path) -> ImportReport:
 
 
 # -- reading -----------------------------------------------------------------
-
-
-def _records(path: Path) -> Iterator[tuple[int, dict[str, str], str | None]]:
-    """The rows as column -> text, each with the line it starts on, or what is wrong with it."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError:
-        raise PortfolioError(
-            f"{path.name}: not a UTF-8 text file, so not a portfolio CSV"
-        ) from None
-    if "\x00" in text:
-        raise PortfolioError(f"{path.name}: a binary file, not a portfolio CSV")
-    reader = csv.reader(text.splitlines(keepends=True))
-    try:
-        header = next(reader)
-    except StopIteration:
-        raise PortfolioError(f"{path.name}: empty file, no header row") from None
-    except csv.Error as exc:
-        raise PortfolioError(f"{path.name}: cannot read the header row as CSV: {exc}") from None
-    columns = [name.strip().lower() for name in header]
-    missing = [name for name in REQUIRED_COLUMNS if name not in columns]
-    if missing:
-        raise PortfolioError(
-            f"{path.name}: not a portfolio CSV: the header (line 1) lacks the required "
-            f"column(s) {', '.join(missing)}"
-        )
-    duplicated = sorted({name for name in columns if name and columns.count(name) > 1})
-    if duplicated:
-        raise PortfolioError(f"{path.name}: the header names {', '.join(duplicated)} twice")
-    unknown = [c for c in columns if c not in REQUIRED_COLUMNS and c not in OPTIONAL_COLUMNS]
-    if unknown:
-        logger.info("portfolio %s: ignoring column(s) %s", path.name, ", ".join(unknown))
-
-    line = reader.line_num
-    while True:
-        start = line + 1
-        try:
-            values = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as exc:
-            # The csv module cannot resume after a broken quote: the rest is one field.
-            raise PortfolioError(f"{path.name} line {start}: cannot read as CSV: {exc}") from None
-        line = reader.line_num
-        if not any(value.strip() for value in values):
-            continue
-        if len(values) != len(columns):
-            yield start, {}, f"the row has {len(values)} fields, the header {len(columns)}"
-            continue
-        yield start, dict(zip(columns, (value.strip() for value in values), strict=True)), None
 
 
 # -- validating --------------------------------------------------------------
@@ -341,7 +295,7 @@ def _phones(value: str, reasons: list[str]) -> tuple[_PhoneRow, ...]:
             continue
         parts += [""] * (4 - len(parts))
         number, kind, source, when = parts
-        e164 = _e164(number)
+        e164 = to_e164(number)
         if e164 is None:
             reasons.append(f"phone {number!r} is not a valid number in E.164 (+1...)")
         if kind not in set(PhoneKind):
@@ -360,7 +314,8 @@ def _phones(value: str, reasons: list[str]) -> tuple[_PhoneRow, ...]:
     return tuple(phones)
 
 
-def _e164(number: str) -> str | None:
+def to_e164(number: str) -> str | None:
+    """``number`` in E.164 (+15551234567), if it is valid and written with its country code."""
     try:
         parsed = phonenumbers.parse(number, None)
     except phonenumbers.NumberParseException:

@@ -329,7 +329,7 @@ def _load(session: Session, request: DialRequest, caps: Iterable[ContactCap]) ->
     number, parsed, number_problem = _parse_number(request.number)
     phone = next((p for p in consumer.phones if p.number == number), None)
     if phone is None and number_problem is None:
-        number_problem = f"{_masked(number)} is not a number of this consumer on file"
+        number_problem = f"{masked(number)} is not a number of this consumer on file"
 
     zones, zone_problem = _zones(consumer, parsed)
 
@@ -374,9 +374,9 @@ def _parse_number(number: str) -> tuple[str, phonenumbers.PhoneNumber | None, st
     try:
         parsed = phonenumbers.parse(number, None)
     except phonenumbers.NumberParseException:
-        return number, None, f"{_masked(number)} is not an E.164 phone number"
+        return number, None, f"{masked(number)} is not an E.164 phone number"
     if not phonenumbers.is_valid_number(parsed):
-        return number, None, f"{_masked(number)} is not a valid phone number"
+        return number, None, f"{masked(number)} is not a valid phone number"
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164), parsed, None
 
 
@@ -412,7 +412,7 @@ def _zones(
 def _d9_suppressed(facts: _Facts, at: dt.datetime) -> _Denial | None:
     """D9: wrong numbers, bankrupt, deceased and disputed accounts are not called."""
     if facts.phone is not None and facts.phone.wrong_number:
-        return _Denial("D9", f"{_masked(facts.number)} was reported as a wrong number")
+        return _Denial("D9", f"{masked(facts.number)} was reported as a wrong number")
     debt = facts.debt
     for flag, reason in (
         (debt.bankrupt, "the consumer is in bankruptcy"),
@@ -455,15 +455,15 @@ def _d10_consent(facts: _Facts, at: dt.datetime) -> _Denial | None:
         return _Denial("D10", f"no prior express consent on file: {facts.number_problem}")
     source = phone.consent_source
     if source is None:
-        return _Denial("D10", f"no prior express consent on file for {_masked(facts.number)}")
+        return _Denial("D10", f"no prior express consent on file for {masked(facts.number)}")
     if source == ConsentSource.SKIP_TRACED:
         return _Denial(
-            "D10", f"{_masked(facts.number)} was skip-traced: no consent for an AI-voice call"
+            "D10", f"{masked(facts.number)} was skip-traced: no consent for an AI-voice call"
         )
     if source not in CONSENTING_SOURCES:
         return _Denial("D10", f"consent source {source!r} is not prior express consent")
     if phone.consent_date is None:
-        return _Denial("D10", f"the consent for {_masked(facts.number)} has no date on file")
+        return _Denial("D10", f"the consent for {masked(facts.number)} has no date on file")
     # A day's slack: the consent date is local to somewhere, the call time is UTC.
     if phone.consent_date > at.astimezone(dt.UTC).date() + DAY:
         return _Denial("D10", f"the consent on file is dated {phone.consent_date}, after the call")
@@ -777,7 +777,7 @@ def _log(request: DialRequest, decision: Decision, action: str) -> None:
         "pre-dial %s: debt %s, %s at %s: %s %s%s",
         action,
         request.debt_id,
-        _masked(request.number),
+        masked(request.number),
         _utc(request.at),
         decision.rule,
         decision.reason,
@@ -846,14 +846,17 @@ def record_outcome(
     """Set a reserved attempt's outcome, and whether it counts (D3); return that."""
     outcome = AttemptOutcome(outcome)
     counts = counts_towards_caps(outcome)
-    with Session(engine) as session, session.begin():
-        attempt = session.get(ContactAttempt, attempt_id, with_for_update=True)
-        if attempt is None:
-            raise LookupError(f"there is no contact attempt {attempt_id}")
-        attempt.outcome = outcome.value
-        attempt.counts = counts
-        if call_id is not None:
-            attempt.call_id = call_id
+    values: dict[str, object] = {"outcome": outcome.value, "counts": counts}
+    if call_id is not None:
+        values["call_id"] = call_id
+    # One UPDATE, not a read then a write: SQLite refuses a write at once (no wait)
+    # when another transaction committed between a read and it.
+    with engine.begin() as connection:
+        updated = connection.execute(
+            update(ContactAttempt).where(ContactAttempt.id == attempt_id).values(**values)
+        )
+    if updated.rowcount != 1:
+        raise LookupError(f"there is no contact attempt {attempt_id}")
     logger.info(
         "attempt %s: %s (%s)", attempt_id, outcome.value, "counts" if counts else "not counted"
     )
@@ -916,7 +919,7 @@ def apply_signal(
             e164, _parsed, _problem = _parse_number(number)
             wrong = next((p for p in consumer.phones if p.number == e164), None)
             if wrong is None:
-                raise LookupError(f"{_masked(number)} is not a number of debt {debt_id}'s consumer")
+                raise LookupError(f"{masked(number)} is not a number of debt {debt_id}'s consumer")
             wrong.wrong_number = True
         elif signal in (Signal.BANKRUPTCY, Signal.DECEASED):
             for each in consumer.debts:
@@ -939,7 +942,7 @@ def apply_signal(
         debt_id,
         signal.value,
         _utc(at),
-        f" ({_masked(number)})" if number else "",
+        f" ({masked(number)})" if number else "",
     )
 
 
@@ -970,7 +973,7 @@ def _days(window: dt.timedelta) -> str:
     return f"{window.days} days"
 
 
-def _masked(number: str) -> str:
+def masked(number: str) -> str:
     """A number fit for logs and reasons: the last four digits only."""
     digits = "".join(ch for ch in number if ch.isdigit())
     return f"...{digits[-4:]}" if len(digits) >= 4 else "...."

@@ -9,6 +9,8 @@ Routes:
     POST /voice/{twilio|telnyx}          the carrier's voice webhook: TwiML/TeXML to stream
     GET  /media/{twilio|telnyx}          the carrier's media-stream websocket (docs/carriers.md)
     POST /api/livekit/dispatch           {room}: the agent joins that LiveKit room
+    POST /api/campaigns                  a campaign CSV: dial it through SIP_TRUNK (docs/dialing.md)
+    GET  /api/campaigns/{id}             the campaign's attempts so far and its tallies
 
 With ``SIP_PORT`` set, the server also answers SIP calls on that UDP port
 (``telephony/sip/``), and its calls are served exactly like the others.
@@ -19,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import date
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +37,17 @@ from sqlalchemy.orm import Session, selectinload
 
 from agent.call import Call, CallContext
 from agent.config import Settings
+from agent.dialer import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_RATE_PER_S,
+    CampaignError,
+    CampaignReport,
+    Conversation,
+    Dialer,
+    read_campaign,
+)
 from agent.models import Call as CallRow
-from agent.policy import ConversationPolicy, Templates
+from agent.policy import Account, ConversationPolicy, Templates
 from agent.runtime import AgentRuntime
 from agent.scenarios import account_from
 from telephony.line import CallInfo, LineError
@@ -128,12 +141,19 @@ async def offer(request: web.Request) -> web.Response:
     return web.json_response({**answer, "call_id": started.call_id})
 
 
-def start_call(app: web.Application, transport: BaseTransport, info: CallInfo) -> StartedCall:
+def start_call(
+    app: web.Application,
+    transport: BaseTransport,
+    info: CallInfo,
+    account: Account | None = None,
+) -> StartedCall:
     """Start a call on ``transport`` the same way whatever path carried it: the policy, the
     records, the greeting once the peer is connected, the end when the peer is gone."""
     ctx, calls = app[CTX], app[CALLS]
-    # Calls are held as the demo portfolio's consumer (see agent/scenarios.py).
-    policy = ConversationPolicy(account_from({}), Templates(ctx.prompts.templates), date.today())
+    # Outbound calls are about their debt; others are held as the demo portfolio's
+    # consumer (see agent/scenarios.py).
+    account = account or account_from({})
+    policy = ConversationPolicy(account, Templates(ctx.prompts.templates), date.today())
     live: LiveCall
     call = Call(
         ctx,
@@ -267,23 +287,109 @@ async def _end_calls(app: web.Application) -> None:
 
 
 async def _answer_sip(app: web.Application, line: SipCall) -> None:
-    """A SIP call: pick up, hold the call as any other, hand it to a person when the
-    conversation asked for one (REFER to ``TRANSFER_TARGET``), else hang up."""
+    """An inbound SIP call: pick up, then hold it as any other."""
     await line.answer()
-    if line.state != "confirmed":
-        return  # cancelled while ringing
-    started = start_call(app, line.transport(), line.info)
+    if line.state == "confirmed":  # not cancelled while ringing
+        await converse(app, line)
+
+
+async def converse(
+    app: web.Application, line: SipCall, account: Account | None = None
+) -> Conversation:
+    """Hold the conversation on an answered SIP call (about ``account``'s debt when it is an
+    outbound one, ``agent.dialer``); hand the caller to a person when the conversation asked
+    for one (REFER to ``TRANSFER_TARGET``), else hang up when it is over."""
+    started = start_call(app, line.transport(), line.info, account)
+    live = app[CALLS].get(started.call_id)
+    assert live is not None  # start_call registered it
+    policy = live.call.policy
     try:
         await started.task
-        live = app[CALLS].get(started.call_id)
         target = app[CTX].settings.transfer_target
-        if target and live and live.call.policy and live.call.policy.transfer_requested:
+        if target and policy and policy.transfer_requested:
             try:
                 await line.transfer(target)
             except LineError as e:
                 logger.warning("call %s not transferred: %s", started.call_id, e)
     finally:
         await line.hang_up()
+    disposition = policy.disposition if policy else None
+    try:
+        # An attempt links the call's row, so the row must be written first.
+        await app[CTX].writer.flush(timeout=10)
+    except (TimeoutError, RuntimeError) as e:
+        logger.warning("call %s not stored yet (%s): its attempt won't link it", started.call_id, e)
+        return Conversation(None, disposition)
+    return Conversation(started.call_id, disposition)
+
+
+@dataclass
+class CampaignRun:
+    """A campaign this server dials or has dialed: its report so far and the task dialing it."""
+
+    report: CampaignReport
+    task: asyncio.Task[CampaignReport]
+
+
+CAMPAIGNS = web.AppKey("campaigns", dict[str, CampaignRun])
+
+
+async def create_campaign(request: web.Request) -> web.Response:
+    """A campaign CSV in the body (docs/dialing.md); ``?rate=`` and ``?concurrency=``."""
+    app, ctx = request.app, request.app[CTX]
+    trunk = ctx.settings.sip_trunk
+    if SIP not in app:
+        return _error(503, "outbound dialing needs the SIP endpoint: set SIP_PORT and SIP_TRUNK")
+    if trunk is None:
+        return _error(503, "no trunk to dial through: set SIP_TRUNK (sip:host:port)")
+    try:
+        rate = float(request.query.get("rate", DEFAULT_RATE_PER_S))
+        concurrency = int(request.query.get("concurrency", DEFAULT_CONCURRENCY))
+    except ValueError:
+        return _error(400, "rate must be a number (calls a second), concurrency a whole number")
+    try:
+        dialer = Dialer(
+            ctx.engine,
+            app[SIP],
+            trunk,
+            converse=partial(converse, app),
+            rate_per_s=rate,
+            concurrency=concurrency,
+        )
+    except ValueError as e:
+        return _error(400, str(e))
+    try:
+        text = (await request.read()).decode("utf-8")
+        campaign = await asyncio.to_thread(read_campaign, ctx.engine, text, "the request body")
+    except UnicodeDecodeError:
+        return _error(400, "the body must be a campaign CSV in UTF-8 (docs/dialing.md)")
+    except CampaignError as e:
+        rejected = [{"line": r.line, "reasons": list(r.reasons)} for r in e.rejected]
+        return web.json_response({"error": str(e), "rejected": rejected}, status=400)
+    campaign_id = secrets.token_hex(8)
+    report = CampaignReport(f"campaign {campaign_id}", len(campaign.entries))
+    task = asyncio.create_task(dialer.run(campaign, report), name=f"campaign-{campaign_id}")
+    app[CAMPAIGNS][campaign_id] = CampaignRun(report, task)
+    url = f"/api/campaigns/{campaign_id}"
+    return web.json_response(
+        {"id": campaign_id, "entries": len(campaign.entries), "url": url}, status=202
+    )
+
+
+async def campaign_progress(request: web.Request) -> web.Response:
+    campaign_id = request.match_info["campaign_id"]
+    run = request.app[CAMPAIGNS].get(campaign_id)
+    if run is None:
+        return _error(404, f"no campaign {campaign_id!r} on this server")
+    return web.json_response({"id": campaign_id, **run.report.to_json()})
+
+
+async def _stop_campaigns(app: web.Application) -> None:
+    """On shutdown, stop dialing first, so that no new call starts while calls are ended."""
+    tasks = [run.task for run in app[CAMPAIGNS].values() if not run.task.done()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _start_sip(app: web.Application) -> None:
@@ -317,11 +423,14 @@ def make_app(ctx: CallContext) -> web.Application:
     app = web.Application(client_max_size=256 * 1024)
     app[CTX] = ctx
     app[CALLS] = LiveCalls()
+    app[CAMPAIGNS] = {}
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_post("/api/offer", offer)
     app.router.add_get("/api/calls/{call_id}/transcript", transcript)
     app.router.add_get("/api/calls/{call_id}", call_record)
+    app.router.add_post("/api/campaigns", create_campaign)
+    app.router.add_get("/api/campaigns/{campaign_id}", campaign_progress)
     app.router.add_static("/static", WEB_DIR)
     add_carrier_routes(app, carrier_config(ctx.settings), lambda t, i: start_call(app, t, i))
     add_livekit_routes(
@@ -331,6 +440,7 @@ def make_app(ctx: CallContext) -> web.Application:
         lambda t, i: start_call(app, t, i),
     )
     app.on_startup.append(_start_sip)
+    app.on_shutdown.append(_stop_campaigns)
     app.on_shutdown.append(_end_calls)
     app.on_cleanup.append(_stop_sip)
     return app

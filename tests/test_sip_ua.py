@@ -87,6 +87,22 @@ async def test_declined_and_no_answer(callee: SipEndpoint) -> None:
         await ua.close()
 
 
+async def test_a_dial_given_up_while_ringing_stops_the_ringing(callee: SipEndpoint) -> None:
+    ua = await caller(("trunk", "pw"))
+    try:
+        dialing = asyncio.ensure_future(ua.invite(f"sip:ring@127.0.0.1:{callee.port}"))
+        for _ in range(500):
+            if callee.calls:
+                break
+            await asyncio.sleep(0.01)
+        [ringing] = callee.calls.values()
+        dialing.cancel()
+        await asyncio.wait_for(ringing.ended.wait(), 5)  # our CANCEL reached it
+        assert ringing.end_reason and callee.calls == {}
+    finally:
+        await ua.close()
+
+
 async def test_unreachable_uri_fails_cleanly() -> None:
     ua = await caller(None)
     try:

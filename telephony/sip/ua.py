@@ -300,6 +300,12 @@ class SipCall:
         log.info("SIP call %s ended: %s", self.dialog.call_id, reason)
 
 
+def _retrieve(future: asyncio.Future[SipResponse]) -> None:
+    """Read a transaction's outcome nobody awaits, so asyncio does not report it lost."""
+    if not future.cancelled():
+        future.exception()
+
+
 class SipEndpoint:
     """Our SIP user agent on one UDP address; see the module docstring."""
 
@@ -556,6 +562,10 @@ class SipEndpoint:
             except TransactionTimeout:
                 await session.close()
                 return DialResult("failed", reason="no response to INVITE (timer B)")
+            except asyncio.CancelledError:
+                # Whoever dialed gave up (a campaign stopped): the phone must stop ringing.
+                self._spawn(self._abandon(invite, destination, txn.final, session))
+                raise
             if response.status in (401, 407) and self.trunk_auth and not authenticated:
                 authenticated = True
                 invite = self._with_credentials(invite, response)
@@ -628,8 +638,30 @@ class SipEndpoint:
                 cancel.headers.add(name, value)
         cancel.headers.add("CSeq", f"{invite.cseq[0]} CANCEL")
         cancel.headers.add("Max-Forwards", "70")
-        self.layer.request(cancel, destination)
+        # The INVITE's final response is what tells; the CANCEL's own is only read.
+        self.layer.request(cancel, destination).final.add_done_callback(_retrieve)
         try:
             return await final
         except TransactionTimeout:
             return None
+
+    async def _abandon(
+        self,
+        invite: SipRequest,
+        destination: Address,
+        final: asyncio.Future[SipResponse],
+        session: MediaSession,
+    ) -> None:
+        """CANCEL a call nobody waits for; if it was answered all the same, ACK and BYE."""
+        try:
+            response = await self._cancel(invite, destination, final)
+            if response is not None and response.status < 300:
+                dialog = Dialog.as_uac(invite, response)
+                ack = dialog.request("ACK", self.via, self.contact, cseq=invite.cseq[0])
+                self.layer_send(ack, dialog.destination())
+                bye = dialog.request("BYE", self.via, self.contact)
+                await self.layer.request(bye, dialog.destination()).final
+        except TransactionTimeout:
+            log.info("no answer to the BYE of an abandoned call %s", invite.call_id)
+        finally:
+            await session.close()
