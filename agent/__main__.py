@@ -1,4 +1,4 @@
-"""Command line: ``python -m agent {serve,simulate,portfolio,dial,bench} ...``; see ``--help``."""
+"""Command line: ``python -m agent COMMAND ...`` (serve, simulate, dial, users...); see --help."""
 
 from __future__ import annotations
 
@@ -70,6 +70,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     load.add_argument("file", type=Path, help="the CSV file")
 
+    from agent.console.cli import add_users_parser
+
+    add_users_parser(commands)
     dial = commands.add_parser(
         "dial",
         help="dial a campaign through the SIP trunk, each call cleared by the pre-dial gate",
@@ -180,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_simulation(settings, scenario))
     if args.command == "portfolio":
         return _import_portfolio(settings, args.file)
+    if args.command == "users":
+        from agent.console.cli import run_users_command
+
+        return run_users_command(settings, args)
     if args.command == "dial":
         return _dial(settings, args)
     if args.command == "bench" and args.bench == "stt":

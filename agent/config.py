@@ -183,6 +183,9 @@ class Settings:
     livekit_url: str | None = None
     livekit_api_key: str | None = None
     livekit_api_secret: str | None = None
+    #: Console cookies are Secure (and ``__Host-``): on behind HTTPS, off on a developer's
+    #: plain-HTTP loopback.
+    secure_cookies: bool = False
     # The SIP endpoint (telephony/sip/): off when sip_port is None.
     sip_host: str = "127.0.0.1"
     sip_port: int | None = None
@@ -246,6 +249,9 @@ class Settings:
             prompt_version=env.get("PROMPT_VERSION", "collections-v1"),
             **_tts_fallback(env),
             public_url=env.get("PUBLIC_URL") or None,
+            secure_cookies=_bool(
+                env, "SECURE_COOKIES", (env.get("PUBLIC_URL") or "").startswith("https://")
+            ),
             twilio_account_sid=env.get("TWILIO_ACCOUNT_SID") or None,
             twilio_auth_token=env.get("TWILIO_AUTH_TOKEN") or None,
             telnyx_api_key=env.get("TELNYX_API_KEY") or None,

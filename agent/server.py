@@ -37,6 +37,8 @@ from sqlalchemy.orm import Session, selectinload
 
 from agent.call import Call, CallContext
 from agent.config import Settings
+from agent.console.audit import audit
+from agent.console.auth import require_role, setup_auth
 from agent.dialer import (
     DEFAULT_CONCURRENCY,
     DEFAULT_RATE_PER_S,
@@ -47,6 +49,7 @@ from agent.dialer import (
     read_campaign,
 )
 from agent.models import Call as CallRow
+from agent.models import Role
 from agent.policy import Account, ConversationPolicy, Templates
 from agent.runtime import AgentRuntime
 from agent.scenarios import account_from
@@ -73,6 +76,8 @@ class LiveCall:
     lines: list[dict[str, str]] = field(default_factory=list)
     listeners: set[asyncio.Queue[dict[str, str] | None]] = field(default_factory=set)
     task: asyncio.Task[Any] | None = None
+    #: What the caller's own page shows to follow its live transcript without a login.
+    caller_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
 
     def publish(self, speaker: str, text: str) -> None:
         line = {"speaker": speaker, "text": text}
@@ -138,7 +143,11 @@ async def offer(request: web.Request) -> web.Response:
 
     transport = transport_for(connection, ctx.settings.audio_in_sample_rate)
     started = start_call(request.app, transport, CallInfo(path="webrtc"))
-    return web.json_response({**answer, "call_id": started.call_id})
+    live = request.app[CALLS].get(started.call_id)
+    assert live is not None
+    return web.json_response(
+        {**answer, "call_id": started.call_id, "transcript_token": live.caller_token}
+    )
 
 
 def start_call(
@@ -187,11 +196,27 @@ def start_call(
 
 
 async def transcript(request: web.Request) -> web.StreamResponse:
+    """The live transcript: for the caller's own page (its ``?token=``), or for the console."""
     live = request.app[CALLS].get(request.match_info["call_id"])
+    token = request.query.get("token", "")
+    if live is not None and token and secrets.compare_digest(token, live.caller_token):
+        return await _stream_transcript(request, live)
+    return await _console_transcript(request)
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def _console_transcript(request: web.Request) -> web.StreamResponse:
+    call_id = request.match_info["call_id"]
+    live = request.app[CALLS].get(call_id)
     if live is None:
         return _error(404, "no live call with this id (it may have ended: see /api/calls/{id})")
+    await audit(request, "view_transcript", call_id)
+    return await _stream_transcript(request, live)
+
+
+async def _stream_transcript(request: web.Request, live: LiveCall) -> web.StreamResponse:
     response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-store"}
     )
     await response.prepare(request)
     queue: asyncio.Queue[dict[str, str] | None] = asyncio.Queue()
@@ -259,6 +284,7 @@ def _call_json(row: CallRow) -> dict[str, Any]:
     }
 
 
+@require_role(Role.OPERATOR, Role.OWNER)
 async def call_record(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     call_id = request.match_info["call_id"]
@@ -275,6 +301,7 @@ async def call_record(request: web.Request) -> web.Response:
     found = await asyncio.to_thread(load)
     if found is None:
         return _error(404, f"no call {call_id!r}")
+    await audit(request, "view_call", call_id)
     return web.json_response(found)
 
 
@@ -424,6 +451,7 @@ def make_app(ctx: CallContext) -> web.Application:
     app[CTX] = ctx
     app[CALLS] = LiveCalls()
     app[CAMPAIGNS] = {}
+    setup_auth(app, ctx.engine, secure_cookies=ctx.settings.secure_cookies)
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_post("/api/offer", offer)

@@ -20,7 +20,7 @@ def agent(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
 def test_help_names_every_command():
     done = agent("--help")
     assert done.returncode == 0
-    for command in ("serve", "simulate", "portfolio", "bench"):
+    for command in ("serve", "simulate", "portfolio", "users", "dial", "bench"):
         assert command in done.stdout
     simulate = agent("simulate", "--help")
     assert "wrong_number" in simulate.stdout and "--script FILE" in simulate.stdout

@@ -1,6 +1,7 @@
 """The server's routes, over HTTP, on an agent whose models are the instant stubs."""
 
 import asyncio
+import re
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -8,8 +9,11 @@ from aiortc import RTCPeerConnection
 from aiortc.mediastreams import AudioStreamTrack
 
 from agent.config import Settings
+from agent.console.users import Users
 from agent.runtime import AgentRuntime
 from agent.server import make_app
+
+PASSWORD = "a long operator password"
 
 
 @pytest.fixture
@@ -18,8 +22,20 @@ async def client(tmp_path):
         {"DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}", "DATA_DIR": str(tmp_path)}
     )
     async with AgentRuntime(settings, stub_models=True) as ctx:
+        await asyncio.to_thread(Users(ctx.engine).add, "olive", PASSWORD, "operator")
         async with TestClient(TestServer(make_app(ctx))) as client:
             yield client
+
+
+async def log_in(client, username="olive"):
+    form = await client.get("/login")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', await form.text()).group(1)
+    done = await client.post(
+        "/login",
+        data={"username": username, "password": PASSWORD, "csrf_token": token},
+        allow_redirects=False,
+    )
+    assert done.status in (302, 303), await done.text()
 
 
 async def test_the_call_page_is_served(client):
@@ -54,7 +70,15 @@ async def test_an_oversized_body_is_refused(client):
     assert response.status == 413
 
 
+async def test_call_records_and_transcripts_need_a_login(client):
+    assert (await client.get("/api/calls/" + "0" * 32)).status == 401
+    assert (await client.get("/api/calls/" + "0" * 32 + "/transcript")).status == 401
+    wrong = await client.get("/api/calls/" + "0" * 32 + "/transcript?token=guess")
+    assert wrong.status == 401
+
+
 async def test_unknown_calls_are_404(client):
+    await log_in(client)
     assert (await client.get("/api/calls/" + "0" * 32)).status == 404
     transcript = await client.get("/api/calls/" + "0" * 32 + "/transcript")
     assert transcript.status == 404
@@ -74,7 +98,14 @@ async def test_an_offer_is_answered_and_the_call_is_recorded(client):
     assert answer["type"] == "answer" and "m=audio" in answer["sdp"]
     call_id = answer["call_id"]
     assert len(call_id) == 32
+    # The caller's own page follows its transcript with the token it was given.
+    own = await client.get(
+        f"/api/calls/{call_id}/transcript", params={"token": answer["transcript_token"]}
+    )
+    assert own.status == 200 and own.headers["Content-Type"] == "text/event-stream"
+    own.close()
 
+    await log_in(client)
     record = None
     for _ in range(50):
         found = await client.get(f"/api/calls/{call_id}")

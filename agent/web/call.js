@@ -65,7 +65,8 @@ async function startCall() {
   if (!response.ok) throw new Error(answer.error || `the server answered ${response.status}`);
   current.callId = answer.call_id;
   await pc.setRemoteDescription({ sdp: answer.sdp, type: answer.type });
-  const events = new EventSource(`/api/calls/${answer.call_id}/transcript`);
+  const token = encodeURIComponent(answer.transcript_token);
+  const events = new EventSource(`/api/calls/${answer.call_id}/transcript?token=${token}`);
   events.onmessage = (event) => {
     const line = JSON.parse(event.data);
     addLine(line.speaker, line.text);
