@@ -8,7 +8,12 @@ PY := $(VENV)/bin/python
 # not one tuned to the build machine's CPU.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: run test lint system-test-deps
+.PHONY: run test lint system-test-deps vendor
+
+# Chart.js for the console dashboard, from the npm registry, checked against its digest.
+CHART_JS_VERSION := 4.5.1
+CHART_JS_SHA256 := f540d98468457ac7a0aabb32006dfb066297e096c5ea063a5d80aa973d1c337a
+VENDOR := agent/web/vendor
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,10 +28,21 @@ system-test-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox sip-tester kamailio >/dev/null; \
 	fi
 
-run: $(VENV)/.installed
+$(VENDOR)/chart.umd.min.js:
+	rm -rf $(VENDOR)/.pack && mkdir -p $(VENDOR)/.pack
+	cd $(VENDOR)/.pack && npm pack --silent chart.js@$(CHART_JS_VERSION) >/dev/null
+	echo "$(CHART_JS_SHA256)  $(VENDOR)/.pack/chart.js-$(CHART_JS_VERSION).tgz" | sha256sum -c --quiet
+	tar -xzf $(VENDOR)/.pack/chart.js-$(CHART_JS_VERSION).tgz -C $(VENDOR)/.pack package/dist/chart.umd.min.js package/LICENSE.md
+	mv $(VENDOR)/.pack/package/LICENSE.md $(VENDOR)/chart.js.LICENSE.md
+	mv $(VENDOR)/.pack/package/dist/chart.umd.min.js $@
+	rm -rf $(VENDOR)/.pack
+
+vendor: $(VENDOR)/chart.umd.min.js
+
+run: $(VENV)/.installed vendor
 	$(PY) -m agent serve
 
-test: $(VENV)/.installed system-test-deps
+test: $(VENV)/.installed system-test-deps vendor
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed

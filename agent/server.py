@@ -39,6 +39,8 @@ from agent.call import Call, CallContext
 from agent.config import Settings
 from agent.console.audit import audit
 from agent.console.auth import require_role, setup_auth
+from agent.console.dashboard import add_dashboard
+from agent.console.pages import add_console_pages
 from agent.dialer import (
     DEFAULT_CONCURRENCY,
     DEFAULT_RATE_PER_S,
@@ -48,6 +50,7 @@ from agent.dialer import (
     Dialer,
     read_campaign,
 )
+from agent.metrics import add_metrics, observe_call
 from agent.models import Call as CallRow
 from agent.models import Role
 from agent.policy import Account, ConversationPolicy, Templates
@@ -187,7 +190,7 @@ def start_call(
 
     async def run() -> None:
         try:
-            await call.run()
+            observe_call(app, await call.run())
         finally:
             calls.ended(call.id)
 
@@ -452,6 +455,9 @@ def make_app(ctx: CallContext) -> web.Application:
     app[CALLS] = LiveCalls()
     app[CAMPAIGNS] = {}
     setup_auth(app, ctx.engine, secure_cookies=ctx.settings.secure_cookies)
+    add_dashboard(app, ctx.price_book.target_usd_per_minute)
+    add_metrics(app)
+    add_console_pages(app)
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
     app.router.add_post("/api/offer", offer)

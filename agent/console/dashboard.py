@@ -1,0 +1,288 @@
+"""The owner's dashboard: cost per minute, latency, fallback share and collection KPIs.
+
+``GET /console/dashboard`` is a page of tables with a Chart.js chart above
+each (the library is vendored at build time into ``agent/web/vendor/`` and
+served under ``/static/vendor/``; without it the tables still say everything).
+``GET /api/kpis`` is the same figures in JSON. Both are for owners only, for a
+range of UTC days (``?from=YYYY-MM-DD&to=YYYY-MM-DD``, inclusive; the last 30
+days by default). The figures come from ``agent.console.kpis``. See
+docs/dashboard.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import html
+import json
+import secrets
+from collections.abc import Mapping
+
+from aiohttp import web
+
+from agent.console.auth import require_role
+from agent.console.context import ENGINE, now
+from agent.console.kpis import Figures, Kpi, components, figures
+from agent.models import Role
+from agent.pricebook import PriceBook
+
+#: The cost target of the price book the dashboard compares against ($/minute).
+TARGET = web.AppKey("dashboard_target_usd_per_minute", float)
+#: Where the page loads Chart.js from (``make`` puts it in agent/web/vendor/).
+CHART_JS = "/static/vendor/chart.umd.min.js"
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+
+
+class RangeError(ValueError):
+    """A ``from``/``to`` the dashboard cannot use; its message is the 400's."""
+
+
+def add_dashboard(app: web.Application, target_usd_per_minute: float | None = None) -> None:
+    """Add ``/console/dashboard`` and ``/api/kpis``; after ``setup_auth`` (they use its engine).
+
+    ``target_usd_per_minute``: the cost chart's target line, the running price
+    book's (``ctx.price_book``); None reads the repository's, infra/pricebook.toml.
+    """
+    if ENGINE not in app:
+        raise RuntimeError("add_dashboard needs setup_auth first")
+    if target_usd_per_minute is None:
+        target_usd_per_minute = PriceBook.load().target_usd_per_minute
+    app[TARGET] = target_usd_per_minute
+    app.router.add_get("/console/dashboard", dashboard_page)
+    app.router.add_get("/api/kpis", kpis_json)
+
+
+def parse_range(query: Mapping[str, str], today: dt.date) -> tuple[dt.date, dt.date]:
+    """``from`` and ``to`` of the query (ISO dates, inclusive), defaulting to the last 30 days."""
+
+    def day(name: str) -> dt.date | None:
+        value = query.get(name)
+        if not value:
+            return None
+        try:
+            return dt.date.fromisoformat(value)
+        except ValueError:
+            raise RangeError(f"{name}={value!r} is not a date (YYYY-MM-DD)") from None
+
+    end = day("to") or today
+    start = day("from") or end - dt.timedelta(days=DEFAULT_DAYS - 1)
+    if end < start:
+        raise RangeError(f"to={end} is before from={start}")
+    if (end - start).days + 1 > MAX_DAYS:
+        raise RangeError(f"at most {MAX_DAYS} days at a time")
+    return start, end
+
+
+async def _figures(request: web.Request) -> Figures:
+    start, end = parse_range(request.query, now(request.app).date())
+    return await asyncio.to_thread(figures, request.app[ENGINE], start, end, request.app[TARGET])
+
+
+@require_role(Role.OWNER)
+async def kpis_json(request: web.Request) -> web.Response:
+    try:
+        result = await _figures(request)
+    except RangeError as exc:
+        return web.json_response({"error": str(exc)}, status=400)
+    return web.json_response(result.to_json())
+
+
+@require_role(Role.OWNER)
+async def dashboard_page(request: web.Request) -> web.Response:
+    try:
+        result = await _figures(request)
+    except RangeError as exc:
+        return web.Response(text=str(exc), status=400)
+    nonce = secrets.token_urlsafe(16)
+    return web.Response(
+        text=render(result, nonce),
+        content_type="text/html",
+        headers={
+            "X-Frame-Options": "DENY",
+            "Content-Security-Policy": f"default-src 'none'; script-src 'self' 'nonce-{nonce}'; "
+            "style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
+            "frame-ancestors 'none'",
+        },
+    )
+
+
+# -- the page -------------------------------------------------------------------------------
+
+_KPI_TITLES = {
+    "right_party_contact_rate": "Right-party contact rate",
+    "promise_to_pay_rate": "Promise-to-pay rate",
+    "kept_promise_rate": "Kept-promise rate",
+    "cost_per_promise_usd": "Cost per promise",
+    "fallback_tts_cost_share": "Fallback TTS share (of TTS cost)",
+}
+
+
+def _num(value: float | None, digits: int = 4, prefix: str = "") -> str:
+    return "–" if value is None else f"{prefix}{value:.{digits}f}"
+
+
+def _kpi_value(kpi: Kpi) -> str:
+    if kpi.value is None:
+        return "–"
+    if kpi.name.endswith("_usd"):
+        return f"${kpi.value:.4f}"
+    return f"{kpi.value:.1%}"
+
+
+def _kpi_part(value: float | None, usd: bool) -> str:
+    if value is None:
+        return "–"
+    return f"${value:.4f}" if usd else f"{value:g}"
+
+
+def _tiles(kpis: list[Kpi]) -> str:
+    out = []
+    for kpi in kpis:
+        usd = kpi.name.endswith("_usd")
+        note = f'<p class="note">{html.escape(kpi.note)}</p>' if kpi.note else ""
+        out.append(
+            f'<div class="tile" data-kpi="{html.escape(kpi.name)}">'
+            f"<h3>{html.escape(_KPI_TITLES.get(kpi.name, kpi.name))}</h3>"
+            f'<p class="value">{_kpi_value(kpi)}</p>'
+            f"<p>{_kpi_part(kpi.numerator, usd)} / {_kpi_part(kpi.denominator, False)}</p>"
+            f"{note}</div>"
+        )
+    return "".join(out)
+
+
+def _cost_table(result: Figures) -> str:
+    names = components(result.cost)
+    head = "".join(f"<th>{html.escape(n)} $/min</th>" for n in names)
+    rows = []
+    for day in result.cost:
+        cells = "".join(f"<td>{_num(day.by_component.get(n))}</td>" for n in names)
+        over = day.usd_per_minute is not None and day.usd_per_minute > result.target_usd_per_minute
+        rows.append(
+            f"<tr{' class=over' if over else ''}><td>{day.day.isoformat()}</td>"
+            f"<td>{day.calls}</td><td>{day.minutes:.1f}</td><td>${day.cost_usd:.4f}</td>"
+            f"<td>{_num(day.usd_per_minute, prefix='$')}</td>{cells}"
+            f"<td>{_num(None if day.fallback_share is None else 100 * day.fallback_share, 1)}"
+            "</td></tr>"
+        )
+    if not rows:
+        rows.append(f'<tr><td colspan="{6 + len(names)}">No ended calls in the range.</td></tr>')
+    return (
+        "<table><thead><tr><th>day</th><th>calls</th><th>minutes</th><th>cost</th>"
+        f"<th>$/min</th>{head}<th>fallback % of TTS</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _latency_table(result: Figures) -> str:
+    rows = [
+        f"<tr><td>{d.day.isoformat()}</td><td>{d.turns}</td><td>{_num(d.response_p50_ms, 0)}</td>"
+        f"<td>{_num(d.response_p95_ms, 0)}</td><td>{_num(d.voice_to_voice_p50_ms, 0)}</td>"
+        f"<td>{_num(d.voice_to_voice_p95_ms, 0)}</td></tr>"
+        for d in result.latency
+    ] or ['<tr><td colspan="6">No turns in the range.</td></tr>']
+    return (
+        "<table><thead><tr><th>day</th><th>turns</th><th>response p50 ms</th>"
+        "<th>response p95 ms</th><th>voice-to-voice p50 ms</th><th>voice-to-voice p95 ms</th>"
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _script_json(value: object) -> str:
+    """JSON safe inside a <script> element (no ``</script>``, no HTML comment openers)."""
+    return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render(result: Figures, nonce: str) -> str:
+    """The dashboard page: tables for everything, and charts when Chart.js is there."""
+    span = f"{result.start.isoformat()} to {result.end.isoformat()} (UTC)"
+    data = _script_json(
+        {**result.to_json(), "components": components(result.cost)},
+    )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Console: dashboard</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:1.5rem auto;max-width:72rem;padding:0 1rem}}
+table{{border-collapse:collapse;margin:.5rem 0 1.5rem}}
+td,th{{border:1px solid #ccc;padding:.2rem .5rem;text-align:right}}
+tr.over td{{background:#fde8e8}}
+.tiles{{display:flex;flex-wrap:wrap;gap:1rem}}
+.tile{{border:1px solid #ccc;border-radius:.4rem;padding:.5rem 1rem;min-width:12rem}}
+.tile .value{{font-size:1.6rem;margin:.2rem 0}}
+.note{{color:#666;font-size:.85rem;max-width:16rem}}
+.chart{{position:relative;height:18rem}}
+</style></head>
+<body>
+<h1>Dashboard</h1>
+<form method="get" action="/console/dashboard">
+<label>From <input type="date" name="from" value="{result.start.isoformat()}"></label>
+<label>To <input type="date" name="to" value="{result.end.isoformat()}"></label>
+<button type="submit">Show</button> <span>{html.escape(span)}</span>
+</form>
+<h2>Collection</h2>
+<div class="tiles">{_tiles(result.kpis)}</div>
+<h2>Cost per minute (target ${result.target_usd_per_minute:.4f}/min)</h2>
+<div class="chart"><canvas id="cost-chart" aria-label="cost per minute by day"></canvas></div>
+{_cost_table(result)}
+<h2>Fallback TTS share by day</h2>
+<div class="chart"><canvas id="fallback-chart" aria-label="fallback TTS share by day"></canvas>
+</div>
+<h2>Latency (target {result.latency_target_ms:.0f} ms)</h2>
+<div class="chart"><canvas id="latency-chart" aria-label="latency by day"></canvas></div>
+{_latency_table(result)}
+<script type="application/json" id="figures">{data}</script>
+<script src="{CHART_JS}"></script>
+<script nonce="{nonce}">{_CHARTS_JS}</script>
+</body></html>
+"""
+
+
+_CHARTS_JS = """
+(function () {
+  if (!window.Chart) { return; }  // no vendored Chart.js: the tables stand alone
+  const f = JSON.parse(document.getElementById("figures").textContent);
+  const colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2"];
+  const target = (label, value, n) => ({
+    type: "line", label: label, data: Array(n).fill(value), borderColor: "#d62728",
+    borderDash: [6, 4], pointRadius: 0, fill: false, stack: "target"
+  });
+  const days = f.cost.map(d => d.day);
+  new Chart(document.getElementById("cost-chart"), {
+    type: "bar",
+    data: {
+      labels: days,
+      datasets: f.components.map((name, i) => ({
+        label: name + " $/min", data: f.cost.map(d => d.by_component[name]),
+        backgroundColor: colours[i % colours.length], stack: "cost"
+      })).concat([target("target $" + f.target_usd_per_minute + "/min",
+                         f.target_usd_per_minute, days.length)])
+    },
+    options: {maintainAspectRatio: false,
+              scales: {x: {stacked: true}, y: {stacked: true, title: {display: true,
+                       text: "USD per minute"}}}}
+  });
+  new Chart(document.getElementById("fallback-chart"), {
+    type: "line",
+    data: {labels: days, datasets: [{label: "fallback share of TTS cost (%)",
+      data: f.cost.map(d => d.fallback_share === null ? null : 100 * d.fallback_share),
+      borderColor: colours[4]}]},
+    options: {maintainAspectRatio: false, scales: {y: {min: 0, max: 100}}}
+  });
+  const ldays = f.latency.map(d => d.day);
+  const series = [["response_p50_ms", "response p50"], ["response_p95_ms", "response p95"],
+                  ["voice_to_voice_p50_ms", "voice-to-voice p50"],
+                  ["voice_to_voice_p95_ms", "voice-to-voice p95"]];
+  new Chart(document.getElementById("latency-chart"), {
+    type: "line",
+    data: {labels: ldays, datasets: series.map(([key, label], i) => ({
+      label: label + " (ms)", data: f.latency.map(d => d[key]),
+      borderColor: colours[i % colours.length]
+    })).concat([target("target " + f.latency_target_ms + " ms", f.latency_target_ms,
+                       ldays.length)])},
+    options: {maintainAspectRatio: false, scales: {y: {min: 0, title: {display: true,
+              text: "ms"}}}}
+  });
+})();
+"""

@@ -1,0 +1,657 @@
+"""The operator's pages: the call list, a call's detail, the work queues.
+
+Server-rendered HTML, no JavaScript: ``string.Template`` for the layout and
+``html.escape`` on every value that comes from the database or the request.
+Each page is behind ``require_role(Role.OPERATOR, Role.OWNER)`` (calls are
+personal data: an admin gets 403), and the call detail writes ``view_call``
+to the audit log before it is sent. See docs/console.md, "Operator pages".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import html
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any
+from urllib.parse import urlencode
+
+from aiohttp import web
+from sqlalchemy import Engine, exists, or_, select
+from sqlalchemy.orm import Session, selectinload
+
+from agent.console.audit import audit
+from agent.console.auth import require_role
+from agent.console.context import ENGINE, current_user, now
+from agent.console.csrf import FIELD, csrf_token
+from agent.models import (
+    Call,
+    CallEvent,
+    Consumer,
+    ContactAttempt,
+    Debt,
+    Promise,
+    PromiseStatus,
+    Role,
+)
+
+PAGE_SIZE = 50
+#: Events that flag a call for compliance review.
+FLAG_KINDS = ("blocked_sentence", "tool_denied", "card_number_spoken")
+#: The dispositions the policy ends calls with (agent/policy.py), offered in the filter.
+DISPOSITIONS = (
+    "promise_to_pay",
+    "payment_plan",
+    "callback_requested",
+    "dispute",
+    "escalated_to_human",
+    "refused",
+    "no_commitment",
+    "hardship",
+    "bankruptcy",
+    "deceased",
+    "attorney",
+    "wrong_number",
+    "hung_up_before_verify",
+    "voicemail_lcm_left",
+)
+#: A turn's latency parts, in the order they happen, with their bar colours.
+WATERFALL = (
+    ("endpointing_ms", "endpointing", "#9aa5b1"),
+    ("stt_ms", "STT", "#4c8bf5"),
+    ("llm_ttft_ms", "LLM first token", "#f29d38"),
+    ("tts_ttfb_ms", "TTS first byte", "#3fb27f"),
+    ("transport_out_ms", "transport out", "#a46fd8"),
+)
+_TEMPLATES = Path(__file__).parent / "templates"
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+}
+
+
+def add_console_pages(app: web.Application) -> None:
+    """Add ``/console``, ``/console/calls/{call_id}`` and ``/console/queues`` (after setup_auth)."""
+    app.router.add_get("/console", call_list)
+    app.router.add_get("/console/calls/{call_id}", call_detail)
+    app.router.add_get("/console/queues", queues)
+
+
+# -- rendering -----------------------------------------------------------------
+
+
+def e(value: object) -> str:
+    """``value`` as HTML text (quotes too, so it is safe in attributes); None is empty."""
+    return "" if value is None else html.escape(str(value), quote=True)
+
+
+@functools.cache
+def _layout() -> Template:
+    return Template((_TEMPLATES / "layout.html").read_text(encoding="utf-8"))
+
+
+def _page(request: web.Request, title: str, body: str, status: int = 200) -> web.Response:
+    user = current_user(request)
+    text = _layout().substitute(
+        title=e(title),
+        username=e(user.username if user else ""),
+        role=e(user.role if user else ""),
+        csrf_field=e(FIELD),
+        csrf_token=e(csrf_token(request)),
+        body=body,
+    )
+    return web.Response(text=text, content_type="text/html", status=status, headers=_HEADERS)
+
+
+def masked(number: str | None) -> str:
+    """A phone number shown by its last four digits only."""
+    if not number:
+        return ""
+    digits = re.sub(r"\D", "", number)
+    return f"••• {digits[-4:]}" if len(digits) > 4 else "•••"
+
+
+def _when(value: dt.datetime | None) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    whole = int(round(seconds))
+    return f"{whole // 60}:{whole % 60:02d}"
+
+
+def _money(usd: float | None) -> str:
+    return "" if usd is None else f"${usd:.4f}"
+
+
+def _cents(cents: int) -> str:
+    return f"${cents / 100:,.2f}"
+
+
+def _ms(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0f} ms"
+
+
+# -- the call list ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallFilter:
+    """What the call list is narrowed to, read from the query string."""
+
+    number: str = ""
+    name: str = ""
+    disposition: str = ""
+    transport: str = ""
+    flagged: bool = False
+    date_from: dt.date | None = None
+    date_to: dt.date | None = None
+    #: Keyset cursor: the (started_at, id) of the last row of the previous page.
+    before: tuple[dt.datetime, str] | None = None
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> CallFilter:
+        def text(key: str, limit: int = 100) -> str:
+            return query.get(key, "").strip()[:limit]
+
+        return cls(
+            number=re.sub(r"\D", "", text("number", 20)),
+            name=text("name", 200),
+            disposition=text("disposition", 64),
+            transport=text("transport", 32),
+            flagged=query.get("flagged") in ("1", "on", "true"),
+            date_from=_date(query.get("from")),
+            date_to=_date(query.get("to")),
+            before=_cursor(query.get("before")),
+        )
+
+    def query_string(self, **changes: str) -> str:
+        params = {
+            "number": self.number,
+            "name": self.name,
+            "disposition": self.disposition,
+            "transport": self.transport,
+            "flagged": "1" if self.flagged else "",
+            "from": self.date_from.isoformat() if self.date_from else "",
+            "to": self.date_to.isoformat() if self.date_to else "",
+        }
+        params.update(changes)
+        return urlencode({k: v for k, v in params.items() if v})
+
+
+def _date(value: str | None) -> dt.date | None:
+    try:
+        return dt.date.fromisoformat(value) if value else None
+    except ValueError:
+        return None
+
+
+def _cursor(value: str | None) -> tuple[dt.datetime, str] | None:
+    if not value or "~" not in value:
+        return None
+    at, _, call_id = value.rpartition("~")
+    try:
+        when = dt.datetime.fromisoformat(at)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when, call_id[:32]
+
+
+def _encode_cursor(at: dt.datetime, call_id: str) -> str:
+    return f"{at.astimezone(dt.UTC).isoformat()}~{call_id}"
+
+
+@dataclass(frozen=True)
+class CallRow:
+    id: str
+    started_at: dt.datetime
+    transport: str
+    direction: str
+    disposition: str | None
+    duration_s: float | None
+    cost_usd: float | None
+    consumer: str | None
+    number: str | None
+    flagged: bool
+    debt_id: int | None = None
+
+
+def _number_of_call() -> Any:
+    """The number dialled for the call (its first contact attempt), as a scalar subquery."""
+    return (
+        select(ContactAttempt.number)
+        .where(ContactAttempt.call_id == Call.id)
+        .order_by(ContactAttempt.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def _flagged() -> Any:
+    return exists().where(CallEvent.call_id == Call.id, CallEvent.kind.in_(FLAG_KINDS))
+
+
+def find_calls(
+    engine: Engine, f: CallFilter, limit: int = PAGE_SIZE
+) -> tuple[list[CallRow], str | None]:
+    """A page of calls, newest first, and the cursor of the next page (None at the end)."""
+    query = (
+        select(
+            Call.id,
+            Call.started_at,
+            Call.transport,
+            Call.direction,
+            Call.disposition,
+            Call.duration_s,
+            Call.cost_usd,
+            Call.debt_id,
+            Consumer.name,
+            _number_of_call().label("number"),
+            _flagged().label("flagged"),
+        )
+        .outerjoin(Debt, Debt.id == Call.debt_id)
+        .outerjoin(Consumer, Consumer.id == Debt.consumer_id)
+    )
+    if f.number:
+        query = query.where(
+            exists().where(
+                ContactAttempt.call_id == Call.id,
+                ContactAttempt.number.endswith(f.number, autoescape=True),
+            )
+        )
+    if f.name:
+        query = query.where(Consumer.name.icontains(f.name, autoescape=True))
+    if f.disposition:
+        query = query.where(Call.disposition == f.disposition)
+    if f.transport:
+        query = query.where(Call.transport == f.transport)
+    if f.flagged:
+        query = query.where(_flagged())
+    if f.date_from:
+        query = query.where(Call.started_at >= _midnight(f.date_from))
+    if f.date_to:
+        query = query.where(Call.started_at < _midnight(f.date_to + dt.timedelta(days=1)))
+    if f.before:
+        at, call_id = f.before
+        # The plain ``started_at <= at`` lets the planner range-scan ix_calls_started_at.
+        query = query.where(Call.started_at <= at, or_(Call.started_at < at, Call.id < call_id))
+    query = query.order_by(Call.started_at.desc(), Call.id.desc()).limit(limit + 1)
+    with Session(engine) as session:
+        rows = [
+            CallRow(
+                id=r.id,
+                started_at=r.started_at,
+                transport=r.transport,
+                direction=r.direction,
+                disposition=r.disposition,
+                duration_s=r.duration_s,
+                cost_usd=r.cost_usd,
+                consumer=r.name,
+                number=r.number,
+                flagged=bool(r.flagged),
+                debt_id=r.debt_id,
+            )
+            for r in session.execute(query)
+        ]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = _encode_cursor(rows[-1].started_at, rows[-1].id) if more and rows else None
+    return rows, cursor
+
+
+def _midnight(day: dt.date) -> dt.datetime:
+    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
+
+
+def _options(values: Iterable[str]) -> str:
+    return "".join(f'<option value="{e(v)}"></option>' for v in values)
+
+
+def _call_table(rows: list[CallRow], empty: str = "No calls match.") -> str:
+    if not rows:
+        return f'<p class="empty">{e(empty)}</p>'
+    lines = []
+    for row in rows:
+        flag = '<span class="flag" title="compliance flag">⚑ flagged</span>' if row.flagged else ""
+        lines.append(
+            f'<tr data-call="{e(row.id)}">'
+            f'<td><a href="/console/calls/{e(row.id)}">{e(_when(row.started_at))}</a></td>'
+            f"<td>{e(row.consumer)}</td><td>{e(masked(row.number))}</td>"
+            f"<td>{e(row.transport)} / {e(row.direction)}</td>"
+            f'<td class="disposition">{e(row.disposition)}</td>'
+            f'<td class="num">{e(_duration(row.duration_s))}</td>'
+            f'<td class="num">{e(_money(row.cost_usd))}</td><td>{flag}</td></tr>'
+        )
+    return (
+        '<table class="calls"><thead><tr><th>When</th><th>Consumer</th><th>Number</th>'
+        "<th>Transport</th><th>Disposition</th><th>Duration</th><th>Cost</th><th></th>"
+        f"</tr></thead><tbody>{''.join(lines)}</tbody></table>"
+    )
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def call_list(request: web.Request) -> web.StreamResponse:
+    f = CallFilter.from_query(request.query)
+    rows, cursor = await asyncio.to_thread(find_calls, request.app[ENGINE], f)
+    checked = " checked" if f.flagged else ""
+    form = f"""<form method="get" action="/console" class="filters">
+<label>Number ends in <input name="number" value="{e(f.number)}" inputmode="numeric"
+ size="8"></label>
+<label>Consumer <input name="name" value="{e(f.name)}" size="14"></label>
+<label>Disposition <input name="disposition" value="{e(f.disposition)}" list="dispositions"
+ size="16"></label><datalist id="dispositions">{_options(DISPOSITIONS)}</datalist>
+<label>Transport <input name="transport" value="{e(f.transport)}" size="8"></label>
+<label>From <input type="date" name="from" value="{e(f.date_from or "")}"></label>
+<label>To <input type="date" name="to" value="{e(f.date_to or "")}"></label>
+<label><input type="checkbox" name="flagged" value="1"{checked}> compliance flag</label>
+<button type="submit">Filter</button> <a href="/console">Clear</a>
+</form>"""
+    pager = []
+    if f.before:
+        pager.append(f'<a href="/console?{e(f.query_string())}">« Newest</a>')
+    if cursor:
+        older = f.query_string(before=cursor)
+        pager.append(f'<a rel="next" class="older" href="/console?{e(older)}">Older »</a>')
+    nav = f'<p class="pager">{" ".join(pager)}</p>' if pager else ""
+    body = f"<h1>Calls</h1>{form}{_call_table(rows)}{nav}"
+    return _page(request, "Calls", body)
+
+
+# -- one call --------------------------------------------------------------------
+
+
+def _load_call(engine: Engine, call_id: str) -> tuple[Call, Consumer | None, str | None, list[Any]]:
+    with Session(engine, expire_on_commit=False) as session:
+        call = session.scalar(
+            select(Call)
+            .where(Call.id == call_id)
+            .options(
+                selectinload(Call.turns), selectinload(Call.events), selectinload(Call.cost_lines)
+            )
+        )
+        if call is None:
+            raise LookupError(call_id)
+        consumer = None
+        if call.debt_id is not None:
+            debt = session.get(Debt, call.debt_id)
+            consumer = debt.consumer if debt is not None else None
+        number = session.scalar(
+            select(ContactAttempt.number)
+            .where(ContactAttempt.call_id == call_id)
+            .order_by(ContactAttempt.id)
+            .limit(1)
+        )
+        promises = list(
+            session.scalars(select(Promise).where(Promise.call_id == call_id).order_by(Promise.id))
+        )
+        session.expunge_all()
+    return call, consumer, number, promises
+
+
+def _header(call: Call, consumer: Consumer | None, number: str | None) -> str:
+    items = [
+        ("When", _when(call.started_at)),
+        ("Transport", call.transport),
+        ("Direction", call.direction),
+        ("Number", masked(number)),
+        ("Consumer", consumer.name if consumer else ""),
+        ("Party", call.party or ""),
+        ("Disposition", call.disposition or ""),
+        ("Duration", _duration(call.duration_s)),
+        ("Cost", _money(call.cost_usd)),
+        ("Status", call.status),
+    ]
+    cells = "".join(f"<div><dt>{e(k)}</dt><dd>{e(v)}</dd></div>" for k, v in items)
+    return f'<dl class="header">{cells}</dl>'
+
+
+def _transcript(call: Call) -> str:
+    if not call.turns:
+        return '<p class="empty">No turns.</p>'
+    lines = []
+    for turn in call.turns:
+        if turn.user_text:
+            lines.append(
+                f'<li class="caller"><span class="who">Caller</span> {e(turn.user_text)}</li>'
+            )
+        if turn.agent_text:
+            cut = ' <span class="note">(interrupted)</span>' if turn.interrupted else ""
+            lines.append(
+                f'<li class="agent"><span class="who">Agent</span> {e(turn.agent_text)}{cut}</li>'
+            )
+    return f'<ol class="transcript">{"".join(lines)}</ol>'
+
+
+def _offset(call: Call, at: dt.datetime) -> str:
+    seconds = (at - call.started_at).total_seconds()
+    sign = "-" if seconds < 0 else "+"
+    whole = int(abs(seconds))
+    return f"{sign}{whole // 60}:{whole % 60:02d}"
+
+
+def _timeline(call: Call) -> str:
+    if not call.events:
+        return '<p class="empty">No events.</p>'
+    lines = []
+    for event in sorted(call.events, key=lambda ev: (ev.at, ev.id)):
+        detail = json.dumps(event.detail, sort_keys=True, default=str) if event.detail else ""
+        cls = " flag" if event.kind in FLAG_KINDS else ""
+        lines.append(
+            f'<li class="event{cls}" data-kind="{e(event.kind)}">'
+            f'<time datetime="{e(event.at.isoformat())}">{e(_offset(call, event.at))}</time> '
+            f'<span class="kind">{e(event.kind)}</span> '
+            f'<code class="detail">{e(detail)}</code></li>'
+        )
+    return f'<ol class="timeline">{"".join(lines)}</ol>'
+
+
+def _waterfall(call: Call) -> str:
+    turns = [t for t in call.turns if any(getattr(t, key) is not None for key, _, _ in WATERFALL)]
+    if not turns:
+        return '<p class="empty">No latency recorded.</p>'
+
+    def total(turn: Any) -> float:
+        parts = sum(getattr(turn, key) or 0.0 for key, _, _ in WATERFALL)
+        return max(parts, turn.voice_to_voice_ms or 0.0, turn.response_ms or 0.0)
+
+    scale = max(total(t) for t in turns) or 1.0
+    legend = "".join(
+        f'<span><i style="background:{colour}"></i>{e(label)}</span>'
+        for _, label, colour in WATERFALL
+    )
+    rows = []
+    for turn in turns:
+        start = 0.0
+        bars = []
+        for key, label, colour in WATERFALL:
+            value = getattr(turn, key)
+            if value is None:
+                continue
+            left, width = 100 * start / scale, 100 * value / scale
+            bars.append(
+                f'<div class="bar" data-part="{e(key)}" title="{e(label)}: {e(_ms(value))}" '
+                f'style="left:{left:.2f}%;width:{width:.2f}%;background:{colour}"></div>'
+            )
+            start += value
+        rows.append(
+            f'<div class="wf-row" data-turn="{turn.number}"><div class="wf-label">turn '
+            f"{turn.number}</div>"
+            f'<div class="wf-track">{"".join(bars)}</div>'
+            f'<div class="wf-totals">response {e(_ms(turn.response_ms))} · voice to voice '
+            f"{e(_ms(turn.voice_to_voice_ms))}</div></div>"
+        )
+    return (
+        f'<div class="legend">{legend}</div><div class="waterfall">{"".join(rows)}</div>'
+        f'<p class="note">Full width = {e(_ms(scale))}.</p>'
+    )
+
+
+def _promises(promises: list[Any]) -> str:
+    if not promises:
+        return '<p class="empty">No promise on this call.</p>'
+    rows = "".join(
+        f"<tr><td>{e(_cents(p.amount_cents))}</td><td>{e(p.due_date.isoformat())}</td>"
+        f"<td>{e(p.method)}</td><td>{e(p.status)}</td></tr>"
+        for p in promises
+    )
+    return (
+        '<table class="promises"><thead><tr><th>Amount</th><th>Due</th><th>Method</th>'
+        f"<th>Status</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def call_detail(request: web.Request) -> web.StreamResponse:
+    call_id = request.match_info["call_id"]
+    try:
+        call, consumer, number, promises = await asyncio.to_thread(
+            _load_call, request.app[ENGINE], call_id
+        )
+    except LookupError:
+        body = (
+            f"<h1>No such call</h1><p>There is no call {e(call_id)}.</p>"
+            '<p><a href="/console">Back to the calls</a></p>'
+        )
+        return _page(request, "No such call", body, status=404)
+    await audit(request, "view_call", call.id)
+    body = (
+        f'<p><a href="/console">« Calls</a></p><h1>Call {e(call.id)}</h1>'
+        f"{_header(call, consumer, number)}"
+        f'<section id="promise"><h2>Promise</h2>{_promises(promises)}</section>'
+        f'<div class="columns"><section id="transcript"><h2>Transcript</h2>'
+        f"{_transcript(call)}</section>"
+        f'<section id="timeline"><h2>Compliance timeline</h2>{_timeline(call)}</section></div>'
+        f'<section id="latency"><h2>Latency per turn</h2>{_waterfall(call)}</section>'
+    )
+    return _page(request, f"Call {call.id}", body)
+
+
+# -- queues ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    row: CallRow
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Queues:
+    disputes: list[CallRow]
+    callbacks: list[QueueItem]
+    escalations: list[CallRow]
+    broken: list[tuple[Promise, str, str]]
+
+
+def _by_disposition(engine: Engine, disposition: str, limit: int) -> list[CallRow]:
+    rows, _ = find_calls(engine, CallFilter(disposition=disposition), limit)
+    return rows
+
+
+def load_queues(engine: Engine, today: dt.date, limit: int = PAGE_SIZE) -> Queues:
+    disputes = _by_disposition(engine, "dispute", limit)
+    escalations = _by_disposition(engine, "escalated_to_human", limit)
+    callbacks: list[QueueItem] = []
+    with Session(engine) as session:
+        # A callback is due on its requested date, until a later call on the same debt.
+        for row in _by_disposition(engine, "callback_requested", 4 * limit):
+            wanted = session.scalar(
+                select(CallEvent.detail)
+                .where(CallEvent.call_id == row.id, CallEvent.kind == "callback_requested")
+                .order_by(CallEvent.at.desc())
+                .limit(1)
+            )
+            day = _date(str(wanted.get("date"))) if isinstance(wanted, dict) else None
+            if day is not None and day > today:
+                continue
+            if row.debt_id is not None and session.scalar(
+                select(
+                    exists().where(Call.debt_id == row.debt_id, Call.started_at > row.started_at)
+                )
+            ):
+                continue
+            note = f"asked for {day.isoformat()}" if day else "no date given"
+            callbacks.append(QueueItem(row, note))
+            if len(callbacks) >= limit:
+                break
+        broken = [
+            (promise, name, ref)
+            for promise, name, ref in session.execute(
+                select(Promise, Consumer.name, Debt.account_ref)
+                .join(Debt, Debt.id == Promise.debt_id)
+                .join(Consumer, Consumer.id == Debt.consumer_id)
+                .where(
+                    Promise.due_date < today,
+                    Promise.status.in_((PromiseStatus.OPEN.value, PromiseStatus.BROKEN.value)),
+                )
+                .order_by(Promise.due_date, Promise.id)
+                .limit(limit)
+            )
+        ]
+        session.expunge_all()
+    return Queues(disputes, callbacks, escalations, broken)
+
+
+def _callback_table(items: list[QueueItem]) -> str:
+    if not items:
+        return '<p class="empty">No callbacks due.</p>'
+    rows = "".join(
+        f'<tr data-call="{e(i.row.id)}"><td><a href="/console/calls/{e(i.row.id)}">'
+        f"{e(_when(i.row.started_at))}</a></td><td>{e(i.row.consumer)}</td>"
+        f"<td>{e(masked(i.row.number))}</td><td>{e(i.note)}</td></tr>"
+        for i in items
+    )
+    return (
+        '<table class="calls"><thead><tr><th>Call</th><th>Consumer</th><th>Number</th>'
+        f"<th>Callback</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _broken_table(broken: list[tuple[Promise, str, str]], today: dt.date) -> str:
+    if not broken:
+        return '<p class="empty">No promise past due.</p>'
+    rows = "".join(
+        f'<tr data-call="{e(p.call_id)}"><td>{e(p.due_date.isoformat())}'
+        f" ({(today - p.due_date).days} days ago)</td><td>{e(name)}</td><td>{e(ref)}</td>"
+        f"<td>{e(_cents(p.amount_cents))}</td><td>{e(p.method)}</td><td>{e(p.status)}</td>"
+        f'<td><a href="/console/calls/{e(p.call_id)}">the call</a></td></tr>'
+        for p, name, ref in broken
+    )
+    return (
+        '<table class="promises"><thead><tr><th>Due</th><th>Consumer</th><th>Account</th>'
+        "<th>Amount</th><th>Method</th><th>Status</th><th></th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def queues(request: web.Request) -> web.StreamResponse:
+    today = now(request.app).astimezone(dt.UTC).date()
+    q = await asyncio.to_thread(load_queues, request.app[ENGINE], today)
+    body = (
+        "<h1>Queues</h1>"
+        f'<section id="disputes"><h2>Disputes</h2>'
+        f"{_call_table(q.disputes, 'No disputes.')}</section>"
+        f'<section id="callbacks"><h2>Callbacks due</h2>{_callback_table(q.callbacks)}</section>'
+        f'<section id="escalations"><h2>Escalations to a person</h2>'
+        f"{_call_table(q.escalations, 'No escalations.')}</section>"
+        f'<section id="broken"><h2>Promises past due</h2>'
+        '<p class="note">No payments are recorded yet, so this lists open promises whose due '
+        "date has passed (and those already marked broken), not checked against payments.</p>"
+        f"{_broken_table(q.broken, today)}</section>"
+    )
+    return _page(request, "Queues", body)
