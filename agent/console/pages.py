@@ -40,6 +40,7 @@ from agent.models import (
     PromiseStatus,
     Role,
 )
+from agent.predial import Ledger, contact_ledger
 
 PAGE_SIZE = 50
 #: Events that flag a call for compliance review.
@@ -374,7 +375,19 @@ async def call_list(request: web.Request) -> web.StreamResponse:
 # -- one call --------------------------------------------------------------------
 
 
-def _load_call(engine: Engine, call_id: str) -> tuple[Call, Consumer | None, str | None, list[Any]]:
+@dataclass(frozen=True)
+class CallView:
+    """What the call page shows, loaded in one session."""
+
+    call: Call
+    consumer: Consumer | None
+    number: str | None
+    promises: list[Any]
+    #: The debt's contact ledger now (attempts used, next allowed call), if it has a debt.
+    ledger: Ledger | None
+
+
+def _load_call(engine: Engine, call_id: str, at: dt.datetime) -> CallView:
     with Session(engine, expire_on_commit=False) as session:
         call = session.scalar(
             select(Call)
@@ -385,10 +398,12 @@ def _load_call(engine: Engine, call_id: str) -> tuple[Call, Consumer | None, str
         )
         if call is None:
             raise LookupError(call_id)
-        consumer = None
+        consumer, ledger = None, None
         if call.debt_id is not None:
             debt = session.get(Debt, call.debt_id)
             consumer = debt.consumer if debt is not None else None
+            if debt is not None:
+                ledger = contact_ledger(session, debt.id, at)
         number = session.scalar(
             select(ContactAttempt.number)
             .where(ContactAttempt.call_id == call_id)
@@ -399,7 +414,23 @@ def _load_call(engine: Engine, call_id: str) -> tuple[Call, Consumer | None, str
             session.scalars(select(Promise).where(Promise.call_id == call_id).order_by(Promise.id))
         )
         session.expunge_all()
-    return call, consumer, number, promises
+    return CallView(call, consumer, number, promises, ledger)
+
+
+def _ledger(ledger: Ledger | None) -> str:
+    if ledger is None:
+        return '<p class="empty">This call is about no stored debt.</p>'
+    if ledger.next_allowed_at is None:
+        next_call = "none of the consumer's numbers may be called"
+    else:
+        next_call = _when(ledger.next_allowed_at)
+    items = [
+        ("Attempts in 7 days", f"{ledger.attempts_used_7d} of {ledger.limit}"),
+        ("Next allowed call", next_call),
+        ("Last conversation", _when(ledger.last_conversation_at)),
+    ]
+    cells = "".join(f"<div><dt>{e(k)}</dt><dd>{e(v)}</dd></div>" for k, v in items)
+    return f'<dl class="header">{cells}</dl>'
 
 
 def _header(call: Call, consumer: Consumer | None, number: str | None) -> str:
@@ -518,20 +549,21 @@ def _promises(promises: list[Any]) -> str:
 async def call_detail(request: web.Request) -> web.StreamResponse:
     call_id = request.match_info["call_id"]
     try:
-        call, consumer, number, promises = await asyncio.to_thread(
-            _load_call, request.app[ENGINE], call_id
-        )
+        view = await asyncio.to_thread(_load_call, request.app[ENGINE], call_id, now(request.app))
     except LookupError:
         body = (
             f"<h1>No such call</h1><p>There is no call {e(call_id)}.</p>"
             '<p><a href="/console">Back to the calls</a></p>'
         )
         return _page(request, "No such call", body, status=404)
+    call = view.call
     await audit(request, "view_call", call.id)
     body = (
         f'<p><a href="/console">« Calls</a></p><h1>Call {e(call.id)}</h1>'
-        f"{_header(call, consumer, number)}"
-        f'<section id="promise"><h2>Promise</h2>{_promises(promises)}</section>'
+        f"{_header(call, view.consumer, view.number)}"
+        f'<section id="promise"><h2>Promise</h2>{_promises(view.promises)}</section>'
+        f'<section id="ledger"><h2>Contact ledger (pre-dial gate)</h2>{_ledger(view.ledger)}'
+        "</section>"
         f'<div class="columns"><section id="transcript"><h2>Transcript</h2>'
         f"{_transcript(call)}</section>"
         f'<section id="timeline"><h2>Compliance timeline</h2>{_timeline(call)}</section></div>'
