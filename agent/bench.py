@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import os
 import platform
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.config import Settings
+from agent.quantiles import percentile
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
 from agent.scenarios import builtin_scenarios
@@ -52,12 +52,6 @@ async def measure(settings: Settings, config: str, turns: int) -> list[TurnRecor
                 flush=True,
             )
     return collected[:turns]
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-quantile of ``values`` by nearest rank (a value that was measured)."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def table(results: dict[str, list[TurnRecord]]) -> str:

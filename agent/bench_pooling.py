@@ -27,7 +27,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.bench import _machine, _write_report, percentile
+from agent.bench import _machine, _write_report
+from agent.quantiles import percentile
 from infra.stub_server import create_app
 
 TTS_BODY = {"text": "Hello, this is Sam from Acme Collections.", "sample_rate": 16000}

@@ -356,7 +356,7 @@ async def test_a_call_shows_transcript_timeline_waterfall_and_is_audited(console
     assert "I can pay two hundred on Friday." in page
     assert "automated assistant calling for Example Recovery" in page
     assert "promise_to_pay" in page and "$200.00" in page and "card" in page
-    assert "••• 0142" in page and "+16175550142" not in page
+    assert "...0142" in page and "+16175550142" not in page
     kinds = re.findall(r'<li class="event[^"]*" data-kind="([^"]+)"', page)
     assert kinds == [
         "ai_disclosure",

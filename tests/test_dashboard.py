@@ -148,14 +148,6 @@ def test_latency_percentiles_by_day(seeded: Engine) -> None:
     assert day2.voice_to_voice_p50_ms is None
 
 
-def test_percentile_is_nearest_rank() -> None:
-    values = list(range(1, 101))
-    assert kpis.percentile(values, 50) == 50
-    assert kpis.percentile(values, 95) == 95
-    assert kpis.percentile([7.0], 95) == 7.0
-    assert kpis.percentile([], 50) is None
-
-
 def test_fallback_share_of_tts_cost(seeded: Engine) -> None:
     share = kpis.fallback_share(seeded, DAY1, DAY2)
     assert share.numerator == pytest.approx(0.01)

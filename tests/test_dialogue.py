@@ -32,8 +32,10 @@ from agent.sessions import ServiceSessions
 PROMPTS = PromptSet.load("collections-v1")
 
 
-def policy() -> ConversationPolicy:
-    p = ConversationPolicy(account_from({}), Templates(PROMPTS.templates), dt.date(2026, 12, 2))
+def policy(**account) -> ConversationPolicy:
+    p = ConversationPolicy(
+        account_from(account), Templates(PROMPTS.templates), dt.date(2026, 12, 2)
+    )
     p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
     return p
 
@@ -89,10 +91,7 @@ async def test_a_generated_sentence_about_the_debt_is_blocked_before_verificatio
 
 
 def verified_policy(**account) -> ConversationPolicy:
-    p = ConversationPolicy(
-        account_from(account), Templates(PROMPTS.templates), dt.date(2026, 12, 2)
-    )
-    p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
+    p = policy(**account)
     p.on_caller_turn("Yes, this is Jordan Smith.")
     p.on_caller_turn("March fifth, nineteen eighty.")
     assert p.verified
@@ -122,8 +121,7 @@ async def test_in_phrase_mode_a_negotiation_question_goes_to_the_llm_with_its_to
 
 
 async def test_in_phrase_mode_verification_is_still_answered_with_templates():
-    p = ConversationPolicy(account_from({}), Templates(PROMPTS.templates), dt.date(2026, 12, 2))
-    p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
+    p = policy()
     processor = PolicyProcessor(p, lambda e: None, Phrasing(p, PROMPTS.turn))
     context = LLMContext(messages=[{"role": "user", "content": "Yes, this is Jordan."}])
     down, _ = await run_test(

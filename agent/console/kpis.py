@@ -23,6 +23,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.models import Call, CostLine, Promise, PromiseStatus, Turn
+from agent.quantiles import percentile
 
 #: Who was reached when no person answered (``calls.party``); None is unknown, not a person.
 NOT_A_PERSON = frozenset({"voicemail", "no_answer", "busy", "fax", "machine"})
@@ -112,14 +113,8 @@ def _ratio(numerator: float, denominator: float) -> float | None:
     return numerator / denominator if denominator else None
 
 
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The nearest-rank ``p``-th percentile (0 < p <= 100): the smallest value with at least
-    p% of the values at or below it. None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(p / 100.0 * len(ordered)))
-    return ordered[rank - 1]
+def _percentile(values: Sequence[float], q: float) -> float | None:
+    return percentile(values, q) if values else None
 
 
 def cost_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayCost]:
@@ -194,10 +189,10 @@ def latency_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayLate
         DayLatency(
             day=day,
             turns=turns[day],
-            response_p50_ms=percentile(response[day], 50),
-            response_p95_ms=percentile(response[day], 95),
-            voice_to_voice_p50_ms=percentile(v2v[day], 50),
-            voice_to_voice_p95_ms=percentile(v2v[day], 95),
+            response_p50_ms=_percentile(response[day], 0.5),
+            response_p95_ms=_percentile(response[day], 0.95),
+            voice_to_voice_p50_ms=_percentile(v2v[day], 0.5),
+            voice_to_voice_p95_ms=_percentile(v2v[day], 0.95),
         )
         for day in sorted(turns)
     ]

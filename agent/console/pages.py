@@ -40,7 +40,7 @@ from agent.models import (
     PromiseStatus,
     Role,
 )
-from agent.predial import Ledger, contact_ledger
+from agent.predial import Ledger, contact_ledger, masked
 
 PAGE_SIZE = 50
 #: Events that flag a call for compliance review.
@@ -114,12 +114,9 @@ def _page(request: web.Request, title: str, body: str, status: int = 200) -> web
     return web.Response(text=text, content_type="text/html", status=status, headers=_HEADERS)
 
 
-def masked(number: str | None) -> str:
-    """A phone number shown by its last four digits only."""
-    if not number:
-        return ""
-    digits = re.sub(r"\D", "", number)
-    return f"••• {digits[-4:]}" if len(digits) > 4 else "•••"
+def _number(number: str | None) -> str:
+    """A phone number as the console shows it: its last four digits only."""
+    return masked(number) if number else ""
 
 
 def _when(value: dt.datetime | None) -> str:
@@ -331,7 +328,7 @@ def _call_table(rows: list[CallRow], empty: str = "No calls match.") -> str:
         lines.append(
             f'<tr data-call="{e(row.id)}">'
             f'<td><a href="/console/calls/{e(row.id)}">{e(_when(row.started_at))}</a></td>'
-            f"<td>{e(row.consumer)}</td><td>{e(masked(row.number))}</td>"
+            f"<td>{e(row.consumer)}</td><td>{e(_number(row.number))}</td>"
             f"<td>{e(row.transport)} / {e(row.direction)}</td>"
             f'<td class="disposition">{e(row.disposition)}</td>'
             f'<td class="num">{e(_duration(row.duration_s))}</td>'
@@ -438,7 +435,7 @@ def _header(call: Call, consumer: Consumer | None, number: str | None) -> str:
         ("When", _when(call.started_at)),
         ("Transport", call.transport),
         ("Direction", call.direction),
-        ("Number", masked(number)),
+        ("Number", _number(number)),
         ("Consumer", consumer.name if consumer else ""),
         ("Party", call.party or ""),
         ("Disposition", call.disposition or ""),
@@ -644,7 +641,7 @@ def _callback_table(items: list[QueueItem]) -> str:
     rows = "".join(
         f'<tr data-call="{e(i.row.id)}"><td><a href="/console/calls/{e(i.row.id)}">'
         f"{e(_when(i.row.started_at))}</a></td><td>{e(i.row.consumer)}</td>"
-        f"<td>{e(masked(i.row.number))}</td><td>{e(i.note)}</td></tr>"
+        f"<td>{e(_number(i.row.number))}</td><td>{e(i.note)}</td></tr>"
         for i in items
     )
     return (
