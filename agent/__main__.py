@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from agent import logs
 from agent.config import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -37,6 +37,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default: $HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default: $PORT or 8080)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=os.environ.get("WORKERS") or "1",
+        help="worker processes behind one HTTP entry, each carrying up to MAX_CALLS calls: "
+        "about one per core (default: $WORKERS or 1: this process serves alone); "
+        "see agent/supervisor.py",
+    )
 
     simulate = commands.add_parser(
         "simulate",
@@ -71,8 +79,10 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("file", type=Path, help="the CSV file")
 
     from agent.console.cli import add_users_parser
+    from agent.demo import add_demo_parser
 
     add_users_parser(commands)
+    add_demo_parser(commands)
     dial = commands.add_parser(
         "dial",
         help="dial a campaign through the SIP trunk, each call cleared by the pre-dial gate",
@@ -100,6 +110,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the trunk to dial through (default: $SIP_TRUNK)",
     )
 
+    from agent.plan import add_plan_parser
+
+    add_plan_parser(commands)
     bench = commands.add_parser("bench", help="benchmarks that print a table and write docs/")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     turn = benches.add_parser(
@@ -152,22 +165,20 @@ def _parser() -> argparse.ArgumentParser:
         "--hold", type=float, default=20.0, help="seconds all calls are measured together (>= 1)"
     )
     sip.add_argument("--output", default="docs/benchmarks/sip.md", help="where to write")
+    from agent.bench_console import add_calls_parser
+
+    add_calls_parser(benches)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     debug = args.verbose or os.environ.get("LOG_LEVEL", "").upper() == "DEBUG"
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if not debug:
-        # pipecat logs through loguru; its per-frame debug lines drown a call's story.
-        from loguru import logger as pipecat_logger
-
-        pipecat_logger.remove()
-        pipecat_logger.add(sys.stderr, level="WARNING")
+    try:
+        logs.configure(debug=debug, fmt=os.environ.get("LOG_FORMAT", "text").lower())
+    except ValueError as e:
+        print(f"configuration error: {e}", file=sys.stderr)
+        return 2
     try:
         settings = Settings.from_env()
     except ConfigError as e:
@@ -175,6 +186,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     if args.command == "serve":
+        if args.workers < 1:
+            print("--workers must be at least 1", file=sys.stderr)
+            return 2
+        if args.workers > 1:
+            from agent import supervisor
+
+            asyncio.run(supervisor.run(settings, args.workers, args.host, args.port))
+            return 0
         from agent.server import serve
 
         asyncio.run(serve(settings, host=args.host, port=args.port))
@@ -193,12 +212,28 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(run_simulation(settings, scenario))
     if args.command == "portfolio":
         return _import_portfolio(settings, args.file)
+    if args.command == "plan":
+        from agent.plan import run_plan_command
+
+        status, shown = run_plan_command(args)
+        print(shown, file=sys.stdout if status != 2 else sys.stderr)
+        return status
     if args.command == "users":
         from agent.console.cli import run_users_command
 
         return run_users_command(settings, args)
+    if args.command == "demo-data":
+        from agent.demo import run_demo_command
+
+        return run_demo_command(settings, args)
     if args.command == "dial":
         return _dial(settings, args)
+    if args.command == "bench" and args.bench == "calls":
+        from agent.bench_console import run_calls_command
+
+        status, shown = run_calls_command(args)
+        print(shown, file=sys.stdout if status == 0 else sys.stderr)
+        return status
     if args.command == "bench" and args.bench == "sip":
         from agent.bench_sip import run_sip_bench
 

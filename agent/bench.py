@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.config import Settings
+from agent.plan import profile_document, profile_path_for, stage_option, write_profile
 from agent.quantiles import percentile
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
@@ -94,6 +95,131 @@ def _machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+
+
+def _compute_class() -> str:
+    """This machine as a price book compute class (the book prices a 2-core VM)."""
+    return f"cpu-{os.cpu_count()}core"
+
+
+def own_overhead_ms(turn: TurnRecord, vad_stop_ms: float) -> float | None:
+    """A turn's response latency less the model stages in it: our own share of the turn.
+
+    The response runs from the turn committed to the first frame sent; in it are the
+    part of STT still running at the commit (the final arrives ``stt_ms`` after the
+    VAD stop, which is ``vad_stop_ms`` after the last voiced frame, the commit
+    ``endpointing_ms`` after it), the LLM's first token and the TTS's first byte.
+    What is left is frame hops, policy, guard and transport out.
+    """
+    parts = (turn.response_ms, turn.stt_ms, turn.endpointing_ms, turn.llm_ttft_ms, turn.tts_ttfb_ms)
+    if any(v is None for v in parts):
+        return None
+    response, stt, endpointing, llm, tts = (float(v or 0.0) for v in parts)
+    stt_after_commit = max(0.0, stt + vad_stop_ms - endpointing)
+    return max(0.0, response - stt_after_commit - llm - tts)
+
+
+def turn_profile(
+    results: dict[str, list[TurnRecord]], settings: Settings, command: str, report: str
+) -> dict[str, object]:
+    """``bench turn``'s figures as the planner's stage profile (agent/plan.py).
+
+    Both runs give the agent's own stages (endpointing, overhead); only the CPU run
+    gives model stages: the stubs answer instantly and serve no one.
+    """
+    stop_ms = settings.vad_stop_secs * 1000
+    llm = (
+        "policy templates (LLM_MODE=templates: no model on the reply path)"
+        if settings.llm_mode == "templates"
+        else f"{settings.llm_model} (embedded, CPU, LLM_MODE={settings.llm_mode})"
+    )
+    models = {
+        "stt": ("stt_ms", "Whisper tiny.en (embedded, CPU)", "VAD stop to final transcript"),
+        "llm": ("llm_ttft_ms", llm, "reply requested to first token or template text"),
+        "tts": ("tts_ttfb_ms", "Piper (embedded, CPU)", "TTS request to first audio"),
+    }
+    options = []
+    for config, turns in results.items():
+        colocated = config == "cpu"
+        where = (
+            "models on the worker's cores (CPU default)"
+            if colocated
+            else "models behind URLs (stub run)"
+        )
+        endpoint = [t.endpointing_ms for t in turns if t.endpointing_ms is not None]
+        if endpoint:
+            options.append(
+                stage_option(
+                    "endpointing",
+                    f"VAD {settings.vad} (stop {settings.vad_stop_secs:.2f} s) + smart-turn v3, "
+                    + where,
+                    samples_ms=endpoint,
+                    colocated=colocated,
+                    note="last voiced caller frame to turn committed",
+                )
+            )
+        overhead = [v for t in turns if (v := own_overhead_ms(t, stop_ms)) is not None]
+        if overhead:
+            options.append(
+                stage_option(
+                    "overhead",
+                    f"agent worker, {where}",
+                    samples_ms=overhead,
+                    colocated=colocated,
+                    note="per turn: response - STT still running at the commit - LLM first "
+                    "token - TTS first byte (frame hops, policy, guard, transport out)",
+                )
+            )
+        if not colocated:
+            continue
+        for stage, (name, label, what) in models.items():
+            values = [v for t in turns if (v := getattr(t, name)) is not None]
+            if values:
+                options.append(
+                    stage_option(
+                        stage,
+                        label,
+                        samples_ms=values,
+                        concurrency=1,
+                        colocated=True,
+                        placement={"price_book_profile": "embedded-cpu"},
+                        note=f"{what}, one call on the machine with all three models",
+                    )
+                )
+    return profile_document(
+        Path(report).stem, options, command=command, machine=_machine(), report=report
+    )
+
+
+def stt_profile(
+    results: dict[str, list[SttRun]], command: str, report: str, window_ms: float, max_batch: int
+) -> dict[str, object]:
+    """``bench stt``'s finals as the planner's STT options, one per setting and stream count."""
+    modes = {
+        "batch 1": "batch 1",
+        "batched": f"batched ({window_ms:g} ms window, <= {max_batch} per call)",
+    }
+    options = [
+        stage_option(
+            "stt",
+            f"Whisper tiny.en int8 (CPU), STT server, {modes.get(name, name)}",
+            samples_ms=run.final_ms,
+            concurrency=run.streams,
+            placement={"compute": _compute_class(), "concurrent_calls": run.streams},
+            throughput={
+                "audio_s_per_s": round(run.throughput, 3),
+                "finals_per_model_call": round(run.finals / max(1, run.model_calls), 3),
+            },
+            note=f"finalize sent to final received, {run.streams} stream"
+            f"{'s' if run.streams != 1 else ''} finalizing at once "
+            "(the worst case for that many calls on one unit of this machine)",
+        )
+        for name, runs in results.items()
+        for run in runs
+    ]
+    return profile_document(
+        Path(report).stem, options, command=command, machine=_machine(), report=report
+    )
 
 
 #: Caller lines the STT benchmark speaks (Piper's joe voice), as long as real answers are.
@@ -275,7 +401,12 @@ async def run_stt_bench(
             "",
         ]
     )
-    return _write_report(output, report)
+    _write_report(output, report)
+    write_profile(
+        stt_profile(results, command, output, window_ms, max_batch), profile_path_for(output)
+    )
+    print(f"wrote {profile_path_for(output)}")
+    return 0
 
 
 async def run_turn_bench(settings: Settings, turns: int, output: str, only: str | None) -> int:
@@ -290,12 +421,13 @@ async def run_turn_bench(settings: Settings, turns: int, output: str, only: str 
     text = table(results)
     print()
     print(text)
+    command = f"python -m agent bench turn --turns {turns}"
     report = "\n".join(
         [
             "# Turn latency: CPU default and stub models",
             "",
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with "
-            f"`python -m agent bench turn --turns {turns}`"
+            f"`{command}`"
             + (f" --only {only}" if only else "")
             + f"; VAD {settings.vad} (stop {settings.vad_stop_secs:.2f} s), "
             "end of turn by pipecat's smart-turn v3.",
@@ -312,7 +444,11 @@ async def run_turn_bench(settings: Settings, turns: int, output: str, only: str 
             "",
         ]
     )
-    return _write_report(output, report)
+    _write_report(output, report)
+    command += f" --only {only}" if only else ""
+    write_profile(turn_profile(results, settings, command, output), profile_path_for(output))
+    print(f"wrote {profile_path_for(output)}")
+    return 0
 
 
 def _guard_bench_corpus() -> tuple[list[tuple[str, bool]], list[str]]:

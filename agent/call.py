@@ -29,6 +29,7 @@ from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transports.base_transport import BaseTransport
+from pipecat.turns.empty_user_turn import EmptyUserTurnConfig
 from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
 from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.workers.runner import WorkerRunner
@@ -37,11 +38,13 @@ from sqlalchemy import Engine
 from agent.config import Settings
 from agent.dialogue import GuardProcessor, PolicyProcessor
 from agent.llm import ChatCompletionsLLMService
+from agent.logs import CALL_ID
 from agent.phrasing import Phrasing
 from agent.policy import ConversationPolicy, PolicyEvent
-from agent.predial import Signal, apply_signal, record_conversation
+from agent.predial import GATE_SIGNALS, apply_signal, record_conversation
 from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
 from agent.prompts import PromptSet
+from agent.recording import CallRecorder, recorder_for
 from agent.records import (
     CallEnded,
     CallEventRecord,
@@ -53,7 +56,7 @@ from agent.records import (
 )
 from agent.sessions import ServiceSessions
 from agent.store import StoreWriter
-from agent.stt import StreamingSTTService
+from agent.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.tts import StreamingTTSService
 from agent.tts_fallback import CartesiaClient, FallbackConfig
 from agent.tts_router import CircuitBreaker, RoutedTTSService
@@ -63,7 +66,6 @@ from agent.vad import create_vad_analyzer
 logger = logging.getLogger(__name__)
 
 #: The policy's signals that change what the pre-dial gate allows next time.
-GATE_SIGNALS = frozenset(s.value for s in Signal)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Call:
         on_transcript: TranscriptListener | None = None,
         policy: ConversationPolicy | None = None,
         number: str | None = None,
+        campaign: str | None = None,
         sample_rate: int | None = None,
     ) -> None:
         self.id = call_id or new_call_id()
@@ -130,6 +133,7 @@ class Call:
         self.policy = policy
         #: The consumer's phone number, when the call is a phone call.
         self.number = number
+        self._campaign = campaign
         #: The pipeline's audio rate when the line fixes one (G.711's 8 kHz).
         self._sample_rate = sample_rate
         self._policy_processor: PolicyProcessor | None = None
@@ -138,13 +142,21 @@ class Call:
         self._worker: PipelineWorker | None = None
         self._greeted = False
         self._router: RoutedTTSService | None = None
+        self._recorder: CallRecorder | None = None
 
     def _build(self, turn_analyzer: LocalSmartTurnAnalyzerV3) -> tuple[PipelineWorker, TurnLedger]:
         settings, models = self._ctx.settings, self._ctx.models
         vad = VADProcessor(vad_analyzer=create_vad_analyzer(settings))
         stt = StreamingSTTService(
-            url=models.stt_url, session=self._ctx.sessions.session("stt"), call_id=self.id
+            url=models.stt_url,
+            session=self._ctx.sessions.session("stt"),
+            call_id=self.id,
+            texts=self._ctx.prompts.templates,  # what the caller hears if it is lost
+            on_event=self._on_stt_event,
         )
+        # With the policy behind it, the LLM server must begin to answer within the phrasing
+        # deadline: a dead or hung one costs the caller that, not the client's retries.
+        phrasing_deadline_s = settings.llm_phrase_deadline_ms / 1000.0
         llm = ChatCompletionsLLMService(
             sessions=self._ctx.sessions,
             base_url=models.llm_url,
@@ -152,6 +164,10 @@ class Call:
             model=settings.llm_model,
             max_tokens=settings.llm_max_tokens,
             system_instruction=self._ctx.prompts.system,
+            answer_timeout_s=phrasing_deadline_s
+            if settings.llm_mode == "phrase" and self.policy is not None
+            else None,
+            on_event=self._record_event,
         )
         tts = self._build_tts()
         context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
@@ -161,6 +177,10 @@ class Call:
                 user_turn_strategies=UserTurnStrategies(
                     stop=[TurnAnalyzerUserTurnStopStrategy(turn_analyzer=turn_analyzer)]
                 ),
+                # With the policy, a turn without words (a cough over the agent, an utterance
+                # the STT lost) is left unanswered: pipecat's recovery prompt is for a free
+                # LLM, and the policy would answer the caller's previous turn a second time.
+                empty_user_turn=None if self.policy is not None else EmptyUserTurnConfig(),
             ),
         )
         output = self._transport.output()
@@ -179,16 +199,25 @@ class Call:
             self._policy_processor = PolicyProcessor(self.policy, self._record_event, phrasing)
             thinkers = (self._policy_processor, llm)
             guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
+        # The recording taps the caller's audio after the policy, which judges the words
+        # first (DOMAIN C11), and the agent's as it is played (agent/recording.py).
+        rate = self._sample_rate or settings.audio_in_sample_rate
+        self._recorder = recorder_for(self.id, settings, self.policy, self._record_event, rate)
+        heard = [self._recorder.caller_side] if self._recorder else []
+        said = [self._recorder.agent_side] if self._recorder else []
         pipeline = Pipeline(
             [
                 self._transport.input(),
                 vad,
                 stt,
                 aggregators.user(),
-                *thinkers,
+                *thinkers[:1],
+                *heard,
+                *thinkers[1:],
                 *guard,
                 tts,
                 output,
+                *said,
                 aggregators.assistant(),
             ]
         )
@@ -305,8 +334,32 @@ class Call:
             # The call's own record is already queued; the gate fails closed on its own.
             logger.exception("call %s: could not update the pre-dial gate", self.id)
 
+    async def _store_recording(self) -> str | None:
+        """The stored recording's URI; None when there is none, or it could not be
+        stored: the call's own record goes on without it."""
+        if self._recorder is None:
+            return None
+        try:
+            return await self._recorder.store()
+        except asyncio.CancelledError:
+            logger.warning("call %s: stopped while storing its recording", self.id)
+            # Cancelled again while finishing: write the call's record, then stop.
+            task = asyncio.current_task()
+            if task is not None:
+                task.cancel()
+            return None
+        except Exception:
+            logger.exception("call %s: its recording could not be stored", self.id)
+            return None
+
     def _record_event(self, event: PolicyEvent) -> None:
         self._ctx.writer.submit(CallEventRecord(self.id, event.at, event.kind, event.detail))
+
+    def _on_stt_event(self, event: PolicyEvent) -> None:
+        """The STT stream lost, back, or gone for good (then the STT ends the call)."""
+        self._record_event(event)
+        if event.kind == STT_UNAVAILABLE:
+            self._end_reason, self._hung_up = STT_UNAVAILABLE, True
 
     async def hang_up(self, reason: str) -> None:
         """End the call gracefully: pending audio is flushed, then the pipeline stops."""
@@ -323,6 +376,14 @@ class Call:
             await self._worker.cancel(reason=reason)
 
     async def run(self, on_started: Callable[[Call], object] | None = None) -> CallSummary:
+        """Hold the call to its end; every line logged meanwhile names it (``agent.logs``)."""
+        token = CALL_ID.set(self.id)
+        try:
+            return await self._run(on_started)
+        finally:
+            CALL_ID.reset(token)
+
+    async def _run(self, on_started: Callable[[Call], object] | None) -> CallSummary:
         ctx = self._ctx
         # Loading smart-turn's ONNX session takes ~40 ms of CPU: off the loop, so the
         # calls in progress (their 20 ms audio senders) do not stall while one starts.
@@ -341,6 +402,9 @@ class Call:
                 llm_model=ctx.settings.llm_model,
                 tts_voice=ctx.models.tts_voice,
                 prompt_version=ctx.prompts.version,
+                number=self.number,
+                campaign=self._campaign,
+                worker=ctx.settings.worker_id,
             )
         )
         logger.info("call %s started over %s", self.id, self._transport_name)
@@ -372,6 +436,7 @@ class Call:
                 fallback_tts_characters=self._router.fallback_characters if self._router else 0,
             )
             cost = price_call(ctx.price_book, ctx.settings.price_profile, usage)
+            recording_uri = await self._store_recording()
             ctx.writer.submit(
                 CallEnded(
                     call_id=self.id,
@@ -380,6 +445,7 @@ class Call:
                     end_reason=self._end_reason,
                     cost=cost,
                     outcome=self._outcome(),
+                    recording_uri=recording_uri,
                 )
             )
             await self._tell_the_gate()

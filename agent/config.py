@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from dotenv import load_dotenv
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 VAD_KINDS = ("webrtc", "silero")
 #: ``templates``: the policy's fixed texts only (the CPU default: the 270M model cannot
@@ -136,6 +141,41 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def _recording(env: dict[str, str], database_url: str, data_dir: Path) -> dict[str, Any]:
+    """Where call recordings go (agent/recording.py): unset, a ``recordings/`` directory
+    beside the SQLite database (under ``DATA_DIR`` with another database); empty or
+    ``off``, nowhere: calls are not recorded."""
+    raw = env.get("RECORDING_STORE")
+    endpoint = env.get("S3_ENDPOINT_URL") or None
+    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"S3_ENDPOINT_URL must be an http(s):// URL, got {endpoint!r}")
+    store: str | None
+    if raw is None:
+        try:
+            url = make_url(database_url)
+            database = url.database if url.get_backend_name() == "sqlite" else None
+        except ArgumentError:  # reported where the database is opened
+            database = None
+        beside = Path(database).parent if database and database != ":memory:" else data_dir
+        store = str(beside / "recordings")
+    elif raw.strip().lower() in ("", "off", "none"):
+        store = None
+    else:
+        store = raw.strip()
+        parts = urlsplit(store)
+        if parts.scheme == "s3":
+            if not parts.netloc:
+                raise ConfigError(f"RECORDING_STORE: s3://bucket/prefix needs a bucket: {raw!r}")
+        elif parts.scheme == "file":
+            store = url2pathname(parts.path)
+        elif parts.scheme:
+            raise ConfigError(
+                f"RECORDING_STORE must be a directory, a file:// URL, s3://bucket/prefix "
+                f"or off, got {raw!r}"
+            )
+    return {"recording_store": store, "s3_endpoint_url": endpoint}
+
+
 @dataclass(frozen=True)
 class Settings:
     """What one agent process is configured with."""
@@ -186,6 +226,17 @@ class Settings:
     #: Console cookies are Secure (and ``__Host-``): on behind HTTPS, off on a developer's
     #: plain-HTTP loopback.
     secure_cookies: bool = False
+    #: Behind ``serve --workers`` (agent/supervisor.py): the caller's address is the last of
+    #: ``X-Forwarded-For`` on requests from loopback (the entry), not the entry's own.
+    trust_forwarded_for: bool = False
+    #: This worker's name on its calls' rows (the host's name: a pod's); unique per worker.
+    worker_id: str = field(default_factory=socket.gethostname)
+    #: The most calls this worker carries at once; more are refused (SIP 503, HTTP 503)
+    #: so the edge sends them to another worker. The embedded CPU models serve about one.
+    max_calls: int = 4
+    #: On SIGTERM (or ``POST /drain``): how long calls in progress may go on before they
+    #: are ended; the orchestrator's grace period must be longer.
+    drain_timeout_s: float = 300.0
     # The SIP endpoint (telephony/sip/): off when sip_port is None.
     sip_host: str = "127.0.0.1"
     sip_port: int | None = None
@@ -198,6 +249,11 @@ class Settings:
     sip_trunk_auth: tuple[str, str] | None = field(default=None, repr=False)
     #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
     transfer_target: str | None = None
+    #: Where call recordings go (agent/recording.py): a directory or s3://bucket/prefix;
+    #: None: calls are not recorded.
+    recording_store: str | None = "data/recordings"
+    #: An S3-compatible store's endpoint (MinIO, Ceph, R2); None: AWS S3 itself.
+    s3_endpoint_url: str | None = None
 
     @property
     def embedded_models(self) -> bool:
@@ -224,14 +280,16 @@ class Settings:
         if not 0 <= aggressiveness <= 3:
             raise ConfigError(f"VAD_AGGRESSIVENESS must be 0..3, got {aggressiveness}")
         price_book = env.get("PRICE_BOOK")
+        database_url = env.get("DATABASE_URL") or "sqlite:///data/agent.db"
+        data_dir = Path(env.get("DATA_DIR", "data"))
         llm_mode = env.get("LLM_MODE", "templates").lower()
         if llm_mode not in LLM_MODES:
             raise ConfigError(f"LLM_MODE must be one of {', '.join(LLM_MODES)}, got {llm_mode!r}")
         return cls(
             host=env.get("HOST", "127.0.0.1"),
             port=_int(env, "PORT", 8080),
-            database_url=env.get("DATABASE_URL") or "sqlite:///data/agent.db",
-            data_dir=Path(env.get("DATA_DIR", "data")),
+            database_url=database_url,
+            data_dir=data_dir,
             stt_url=urls[0],
             llm_url=urls[1],
             tts_url=urls[2],
@@ -256,8 +314,13 @@ class Settings:
             twilio_auth_token=env.get("TWILIO_AUTH_TOKEN") or None,
             telnyx_api_key=env.get("TELNYX_API_KEY") or None,
             carrier_hang_up=_bool(env, "CARRIER_HANG_UP", True),
+            trust_forwarded_for=_bool(env, "TRUST_FORWARDED_FOR", False),
+            worker_id=(env.get("WORKER_ID") or socket.gethostname())[:64],
+            max_calls=_positive(env, "MAX_CALLS", 4),
+            drain_timeout_s=_float(env, "DRAIN_TIMEOUT_S", 300.0),
             livekit_url=env.get("LIVEKIT_URL") or None,
             livekit_api_key=env.get("LIVEKIT_API_KEY") or None,
             livekit_api_secret=env.get("LIVEKIT_API_SECRET") or None,
             **_sip(env),
+            **_recording(env, database_url, data_dir),
         )

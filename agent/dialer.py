@@ -25,7 +25,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -371,7 +371,7 @@ class Dialer:
 
         async def worker() -> None:
             for entry in entries:
-                attempt = await self._attempt(entry)
+                attempt = await self._attempt(entry, campaign.name)
                 report.attempts.append(attempt)
                 logger.info(
                     "campaign %s line %d: debt %s, %s: %s (%s)",
@@ -399,7 +399,7 @@ class Dialer:
             logger.info("campaign %s", report.summary())
         return report
 
-    async def _attempt(self, entry: CampaignEntry) -> Attempt:
+    async def _attempt(self, entry: CampaignEntry, campaign: str) -> Attempt:
         slot = self._pacer.book()
         at = self._now() + dt.timedelta(seconds=self._pacer.delay(slot))
         try:
@@ -429,7 +429,7 @@ class Dialer:
             result = DialResult("failed", reason=f"{type(exc).__name__}: {exc}")
         conversation = Conversation()
         if result.call is not None:
-            conversation = await self._hold(result.call, entry)
+            conversation = await self._hold(result.call, entry, campaign)
         outcome = _outcome(result, conversation)
         try:
             await asyncio.to_thread(
@@ -448,8 +448,10 @@ class Dialer:
             sip_status=result.status,
         )
 
-    async def _hold(self, call: SipCall, entry: CampaignEntry) -> Conversation:
-        """The conversation on an answered call, with the debt's own account."""
+    async def _hold(self, call: SipCall, entry: CampaignEntry, campaign: str) -> Conversation:
+        """The conversation on an answered call, with the debt's own account; the call's
+        record names the campaign."""
+        call.info = replace(call.info, campaign=campaign)
         try:
             account = await asyncio.to_thread(self._account, entry.debt_id)
             return await self._converse(call, account)

@@ -3,15 +3,42 @@
 pipecat's OpenAI service does the streaming, context and tool-call work; what
 it does not do is share one HTTP client between calls (it makes a new one per
 service instance), so the client comes from ``ServiceSessions`` instead.
+
+Where the policy stands behind the LLM (``LLM_MODE=phrase``) the server must
+begin its answer (the response's headers) within ``answer_timeout_s``, the
+phrasing deadline, and no stream may go quiet for ``STALL_TIMEOUT_S``: a request
+that breaks either is abandoned and its response ends empty, so the policy's
+own text is spoken at once (``agent.phrasing``). A server that is gone or hung
+costs the caller the deadline, not the client's timeouts and retries, and no
+later turn waits behind the dead request. A live server that is slow to find
+its first words is not cut off here (the phrasing deadline decides what is
+spoken). Failures are logged and recorded (``llm_unavailable``) once per
+outage, not once per turn.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
+import openai
+from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.openai.llm import OpenAILLMService
 
+from agent.policy import PolicyEvent
 from agent.sessions import ServiceSessions
+
+logger = logging.getLogger(__name__)
+
+EventSink = Callable[[PolicyEvent], None]
+#: What a server that is gone, hung or broken looks like from here.
+UNAVAILABLE = (TimeoutError, openai.APIConnectionError, openai.InternalServerError)
+#: The longest a stream may go without a chunk (the CPU model's first words on a cold
+#: start take about three seconds) before it counts as hung.
+STALL_TIMEOUT_S = 10.0
 
 
 class ChatCompletionsLLMService(OpenAILLMService):
@@ -26,9 +53,18 @@ class ChatCompletionsLLMService(OpenAILLMService):
         model: str,
         max_tokens: int,
         system_instruction: str,
+        answer_timeout_s: float | None = None,
+        on_event: EventSink | None = None,
         **kwargs: Any,
     ) -> None:
         self._sessions = sessions
+        self._answer_timeout_s = answer_timeout_s
+        self._on_event = on_event
+        #: Moves the current request's deadline on: the server answered, or sent a chunk.
+        self._progress: Callable[[bool], None] | None = None
+        self._answered = False
+        #: Why the LLM is not answering, while an outage lasts.
+        self._outage: str | None = None
         super().__init__(
             api_key=api_key,
             base_url=base_url,
@@ -54,3 +90,73 @@ class ChatCompletionsLLMService(OpenAILLMService):
         **kwargs: Any,
     ) -> Any:
         return self._sessions.openai_client(base_url=base_url, api_key=api_key)
+
+    async def get_chat_completions(self, context: LLMContext) -> Any:
+        stream = await super().get_chat_completions(context)
+        progress = self._progress
+        if progress is None:
+            return stream
+        self._answered = True
+        progress(False)
+        return _Watched(stream, progress)
+
+    async def _process_context(self, context: LLMContext) -> None:
+        loop = asyncio.get_running_loop()
+        self._answered = False
+        try:
+            async with asyncio.timeout(None) as deadline:
+
+                def progress(done: bool) -> None:
+                    deadline.reschedule(None if done else loop.time() + STALL_TIMEOUT_S)
+
+                first = self._answer_timeout_s
+                deadline.reschedule(loop.time() + (STALL_TIMEOUT_S if first is None else first))
+                self._progress = progress
+                try:
+                    await super()._process_context(context)
+                finally:
+                    self._progress = None
+        except UNAVAILABLE as e:
+            # The response ends empty (pipecat's LLMFullResponseEndFrame follows), so the
+            # policy's text stands in for it; not an ErrorFrame and its log line per turn.
+            self._unavailable(e)
+            return
+        if self._outage is not None:
+            logger.info("LLM answering again (it was unavailable: %s)", self._outage)
+            self._outage = None
+
+    def _unavailable(self, error: Exception) -> None:
+        if isinstance(error, TimeoutError) and self._answered:
+            reason = f"its stream stalled for {STALL_TIMEOUT_S:.0f} s"
+        elif isinstance(error, TimeoutError):
+            limit = self._answer_timeout_s or STALL_TIMEOUT_S
+            reason = f"no answer within {limit * 1000:.0f} ms"
+        else:
+            reason = f"{type(error).__name__}: {error}"
+        if self._outage is not None:
+            logger.debug("LLM still unavailable: %s", reason)
+            return
+        self._outage = reason
+        logger.warning("LLM unavailable (%s): the policy's own texts are spoken", reason)
+        if self._on_event is not None:
+            self._on_event(PolicyEvent("llm_unavailable", {"reason": reason}, datetime.now(UTC)))
+
+
+class _Watched:
+    """A chunk stream that reports each chunk, and its end, to ``progress``."""
+
+    def __init__(self, stream: Any, progress: Callable[[bool], None]) -> None:
+        self._stream = stream
+        self._progress = progress
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._chunks()
+
+    async def _chunks(self) -> AsyncIterator[Any]:
+        async for chunk in self._stream:
+            self._progress(False)
+            yield chunk
+        self._progress(True)  # what follows (tool calls) is not the server's to stall
+
+    async def close(self) -> None:
+        await self._stream.close()

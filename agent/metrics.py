@@ -25,6 +25,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from agent.live import CALLS
+
 if TYPE_CHECKING:
     from agent.call import CallSummary
 
@@ -91,9 +93,6 @@ METRICS = web.AppKey("metrics", Metrics)
 
 def _live_calls_of(app: web.Application) -> Callable[[], int]:
     def count() -> int:
-        # Imported here: agent.server imports this module.
-        from agent.server import CALLS
-
         return len(app[CALLS].tasks()) if CALLS in app else 0
 
     return count

@@ -187,6 +187,15 @@ class Call(Base):
     disposition: Mapped[str | None] = mapped_column(String(64))
     #: When the right party was verified (C3); None while unverified.
     verified_at: Mapped[dt.datetime | None]
+    #: The consumer's number, E.164: caller id inbound, the dialled number outbound.
+    number: Mapped[str | None] = mapped_column(String(16))
+    #: The campaign an outbound call was dialled for (``agent.dialer``).
+    campaign: Mapped[str | None] = mapped_column(String(128))
+    #: Where the call's stereo recording is stored (``agent.recording``); None: none kept.
+    recording_uri: Mapped[str | None] = mapped_column(String(1024))
+    #: The worker that carries (carried) the call (``WORKER_ID``): when a worker starts again,
+    #: only its own calls left active are known to have died with it.
+    worker: Mapped[str | None] = mapped_column(String(64))
 
     turns: Mapped[list[Turn]] = relationship(
         back_populates="call",
@@ -208,9 +217,13 @@ class Call(Base):
     )
 
     __table_args__ = (
-        Index("ix_calls_started_at", "started_at"),
+        # The call list's keyset order, newest first, and its commonest filters.
+        Index("ix_calls_started_at", "started_at", "id"),
         Index("ix_calls_status", "status"),
         Index("ix_calls_debt_id", "debt_id"),
+        Index("ix_calls_disposition_started_at", "disposition", "started_at"),
+        Index("ix_calls_campaign_started_at", "campaign", "started_at"),
+        Index("ix_calls_number", "number"),
     )
 
     def __repr__(self) -> str:
@@ -291,6 +304,11 @@ class CallEvent(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
     call: Mapped[Call] = relationship(back_populates="events")
+
+    __table_args__ = (
+        # The console's compliance flag: the calls with a flag kind (docs/console.md).
+        Index("ix_call_events_kind_call_id", "kind", "call_id"),
+    )
 
     def __repr__(self) -> str:
         return f"<CallEvent {self.call_id} {self.kind} {self.at.isoformat()}>"

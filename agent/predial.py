@@ -212,6 +212,10 @@ class Signal(enum.StrEnum):
     WORKPLACE_FORBIDS_CALLS = "workplace_forbids_calls"
 
 
+#: The signals' values, as the policy's ``signal`` events name them.
+GATE_SIGNALS = frozenset(s.value for s in Signal)
+
+
 @dataclass(frozen=True)
 class InconvenientWindow:
     """A time the consumer said is inconvenient, in their local time (D5).

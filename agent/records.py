@@ -16,6 +16,8 @@ from typing import Any
 
 from agent.pricebook import CallCost
 
+#: Event kinds that flag a call for compliance review (the console marks and filters them).
+FLAG_KINDS = ("blocked_sentence", "tool_denied", "card_number_spoken")
 #: A call id is a uuid4 in hex (the ``calls.id`` column is 32 characters).
 CALL_ID_LENGTH = 32
 DIRECTIONS = ("inbound", "outbound")
@@ -39,6 +41,12 @@ class CallStarted:
     llm_model: str | None = None
     tts_voice: str | None = None
     prompt_version: str | None = None
+    #: The consumer's number (caller id inbound, the dialled number outbound), E.164.
+    number: str | None = None
+    #: The campaign an outbound call was dialled for.
+    campaign: str | None = None
+    #: The worker carrying the call (``Settings.worker_id``).
+    worker: str | None = None
 
     def __post_init__(self) -> None:
         _check_call_id(self.call_id)
@@ -114,6 +122,8 @@ class CallEnded:
     end_reason: str | None
     cost: CallCost
     outcome: CallOutcome | None = None
+    #: Where the call's recording was stored (``agent.recording``); None: not recorded.
+    recording_uri: str | None = None
 
     def __post_init__(self) -> None:
         _check_call_id(self.call_id)

@@ -71,7 +71,7 @@ class AgentRuntime:
         await asyncio.to_thread(upgrade, settings.database_url)
         engine = create_engine_for(settings.database_url)
         self._stack.callback(engine.dispose)
-        abandoned = await asyncio.to_thread(mark_abandoned_calls, engine)
+        abandoned = await asyncio.to_thread(mark_abandoned_calls, engine, settings.worker_id)
         if abandoned:
             logger.warning("marked %d call(s) of an earlier process as abnormal", abandoned)
         writer = StoreWriter(engine)

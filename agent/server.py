@@ -5,6 +5,8 @@ Routes:
     POST /api/offer                      WebRTC offer in, answer (and call id) out
     GET  /api/calls/{id}/transcript      the call's transcript as server-sent events
     GET  /api/calls/{id}                 the stored call: turns, latency parts, costs
+    GET  /api/calls/{id}/recording       its stereo recording (WAV, range requests)
+    GET  /ready, POST /drain             readiness with capacity; stop taking calls
     GET  /health                         liveness
     POST /voice/{twilio|telnyx}          the carrier's voice webhook: TwiML/TeXML to stream
     GET  /media/{twilio|telnyx}          the carrier's media-stream websocket (docs/carriers.md)
@@ -24,22 +26,24 @@ import logging
 import secrets
 import signal
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from pipecat.transports.base_transport import BaseTransport
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
 
 from agent.call import Call, CallContext
 from agent.config import Settings
+from agent.console.admin import add_admin_pages
+from agent.console.api import add_api
 from agent.console.audit import audit
 from agent.console.auth import require_role, setup_auth
 from agent.console.dashboard import add_dashboard
+from agent.console.live import add_live_calls
 from agent.console.pages import add_console_pages
 from agent.dialer import (
     DEFAULT_CONCURRENCY,
@@ -50,13 +54,14 @@ from agent.dialer import (
     Dialer,
     read_campaign,
 )
+from agent.live import CALLS, LiveCall, LiveCalls
 from agent.metrics import add_metrics, observe_call
-from agent.models import Call as CallRow
 from agent.models import Role
 from agent.policy import Account, ConversationPolicy, Templates
+from agent.recording import add_recording_routes
 from agent.runtime import AgentRuntime
 from agent.scenarios import account_from
-from telephony.line import CallInfo, LineError
+from telephony.line import CallInfo, LineBusy, LineError
 from telephony.livekit import LiveKitConfig
 from telephony.livekit import add_routes as add_livekit_routes
 from telephony.media_stream import StartedCall, carrier_config
@@ -71,56 +76,6 @@ CTX = web.AppKey("ctx", CallContext)
 SIP = web.AppKey("sip", SipEndpoint)
 
 
-@dataclass
-class LiveCall:
-    """A call in progress as the page sees it: transcript lines and their listeners."""
-
-    call: Call
-    lines: list[dict[str, str]] = field(default_factory=list)
-    listeners: set[asyncio.Queue[dict[str, str] | None]] = field(default_factory=set)
-    task: asyncio.Task[Any] | None = None
-    #: What the caller's own page shows to follow its live transcript without a login.
-    caller_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
-
-    def publish(self, speaker: str, text: str) -> None:
-        line = {"speaker": speaker, "text": text}
-        self.lines.append(line)
-        for queue in self.listeners:
-            queue.put_nowait(line)
-
-    def close(self) -> None:
-        for queue in self.listeners:
-            queue.put_nowait(None)
-
-
-class LiveCalls:
-    """Calls this process is carrying, by id; each is dropped a while after it ends."""
-
-    def __init__(self, keep_ended_s: float = 300.0) -> None:
-        self._calls: dict[str, LiveCall] = {}
-        self._keep_ended_s = keep_ended_s
-
-    def get(self, call_id: str) -> LiveCall | None:
-        return self._calls.get(call_id)
-
-    def add(self, live: LiveCall) -> None:
-        self._calls[live.call.id] = live
-
-    def ended(self, call_id: str) -> None:
-        live = self._calls.get(call_id)
-        if live is not None:
-            live.close()
-            asyncio.get_running_loop().call_later(
-                self._keep_ended_s, self._calls.pop, call_id, None
-            )
-
-    def tasks(self) -> list[asyncio.Task[Any]]:
-        return [c.task for c in self._calls.values() if c.task and not c.task.done()]
-
-
-CALLS = web.AppKey("calls", LiveCalls)
-
-
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -130,11 +85,41 @@ async def index(request: web.Request) -> web.FileResponse:
 
 
 async def health(request: web.Request) -> web.Response:
-    return web.json_response({"status": "ok", "calls": len(request.app[CALLS].tasks())})
+    """Liveness: the process answers (whether or not it takes calls)."""
+    return web.json_response({"status": "ok", "calls": request.app[CALLS].active})
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness: 200 while this worker takes calls, 503 when it is full or draining; the
+    body says how many it carries of how many it may (for the autoscaler and the edge)."""
+    calls = request.app[CALLS]
+    body = {"calls": calls.active, "capacity": calls.capacity, "draining": calls.draining}
+    return web.json_response(body, status=200 if calls.accepting else 503)
+
+
+async def drain(request: web.Request) -> web.Response:
+    """Stop taking calls and answer once those in progress have ended, or after
+    ``DRAIN_TIMEOUT_S`` (a pod's preStop hook; only from the worker's own host)."""
+    if not _loopback(request.remote or ""):
+        return _error(403, "POST /drain is only taken from the worker's own host")
+    app = request.app
+    await _stop_campaigns(app)
+    left = await app[CALLS].drain(app[CTX].settings.drain_timeout_s)
+    return web.json_response({"drained": left == 0, "calls": left})
+
+
+def _busy(e: LineBusy) -> web.Response:
+    response = _error(503, str(e))
+    response.headers["Retry-After"] = str(e.retry_after_s)
+    return response
 
 
 async def offer(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
+    try:
+        request.app[CALLS].admit()
+    except LineBusy as e:
+        return _busy(e)
     try:
         body = await request.json()
     except json.JSONDecodeError:
@@ -145,7 +130,11 @@ async def offer(request: web.Request) -> web.Response:
         return _error(400, str(e))
 
     transport = transport_for(connection, ctx.settings.audio_in_sample_rate)
-    started = start_call(request.app, transport, CallInfo(path="webrtc"))
+    try:
+        started = start_call(request.app, transport, CallInfo(path="webrtc"))
+    except LineBusy as e:  # the last place went while the offer was being answered
+        await connection.disconnect()
+        return _busy(e)
     live = request.app[CALLS].get(started.call_id)
     assert live is not None
     return web.json_response(
@@ -162,6 +151,7 @@ def start_call(
     """Start a call on ``transport`` the same way whatever path carried it: the policy, the
     records, the greeting once the peer is connected, the end when the peer is gone."""
     ctx, calls = app[CTX], app[CALLS]
+    calls.admit()
     # Outbound calls are about their debt; others are held as the demo portfolio's
     # consumer (see agent/scenarios.py).
     account = account or account_from({})
@@ -175,6 +165,7 @@ def start_call(
         on_transcript=lambda s, t: live.publish(s, t),
         policy=policy,
         number=info.remote_number,
+        campaign=info.campaign,
         sample_rate=info.sample_rate,
     )
     live = LiveCall(call)
@@ -247,77 +238,25 @@ async def _drain(
         yield line
 
 
-def _call_json(row: CallRow) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "transport": row.transport,
-        "status": row.status,
-        "started_at": row.started_at.isoformat() if row.started_at else None,
-        "ended_at": row.ended_at.isoformat() if row.ended_at else None,
-        "duration_s": row.duration_s,
-        "end_reason": row.end_reason,
-        "price_book_version": row.price_book_version,
-        "cost_usd": float(row.cost_usd) if row.cost_usd is not None else None,
-        "cost_per_minute_usd": row.cost_per_minute_usd,
-        "turns": [
-            {
-                "number": t.number,
-                "user_text": t.user_text,
-                "agent_text": t.agent_text,
-                "interrupted": t.interrupted,
-                "endpointing_ms": t.endpointing_ms,
-                "stt_ms": t.stt_ms,
-                "llm_ttft_ms": t.llm_ttft_ms,
-                "tts_ttfb_ms": t.tts_ttfb_ms,
-                "transport_out_ms": t.transport_out_ms,
-                "response_ms": t.response_ms,
-                "voice_to_voice_ms": t.voice_to_voice_ms,
-            }
-            for t in row.turns
-        ],
-        "cost_lines": [
-            {
-                "component": c.component,
-                "quantity": c.quantity,
-                "unit": c.unit,
-                "amount_usd": c.amount_usd,
-            }
-            for c in row.cost_lines
-        ],
-    }
-
-
-@require_role(Role.OPERATOR, Role.OWNER)
-async def call_record(request: web.Request) -> web.Response:
-    ctx = request.app[CTX]
-    call_id = request.match_info["call_id"]
-
-    def load() -> dict[str, Any] | None:
-        with Session(ctx.engine) as session:
-            row = session.scalar(
-                select(CallRow)
-                .where(CallRow.id == call_id)
-                .options(selectinload(CallRow.turns), selectinload(CallRow.cost_lines))
-            )
-            return _call_json(row) if row else None
-
-    found = await asyncio.to_thread(load)
-    if found is None:
-        return _error(404, f"no call {call_id!r}")
-    await audit(request, "view_call", call_id)
-    return web.json_response(found)
+#: How long a call ended at shutdown may take to write its end; then its task is cancelled.
+END_TIMEOUT_S = 10.0
 
 
 async def _end_calls(app: web.Application) -> None:
-    """On shutdown, end the calls in progress; each writes its end record as it goes."""
-    tasks = app[CALLS].tasks()
-    for task in tasks:
+    """On shutdown, end the calls in progress (``server_stopped``); each writes its end record
+    as it goes."""
+    calls = app[CALLS]
+    await asyncio.gather(*(live.call.cancel("server_stopped") for live in calls.in_progress()))
+    tasks = calls.tasks()
+    _, late = await asyncio.wait(tasks, timeout=END_TIMEOUT_S) if tasks else (set(), set())
+    for task in late:
         task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await asyncio.gather(*late, return_exceptions=True)
 
 
 async def _answer_sip(app: web.Application, line: SipCall) -> None:
-    """An inbound SIP call: pick up, then hold it as any other."""
+    """An inbound SIP call: pick up (unless this worker is full: 503), then hold it as any other."""
+    app[CALLS].admit()
     await line.answer()
     if line.state == "confirmed":  # not cancelled while ringing
         await converse(app, line)
@@ -449,20 +388,36 @@ def _loopback(host: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
+@web.middleware
+async def _forwarded_for(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Behind the supervisor's entry, the caller's address is what the entry saw (the login
+    rate limit and the audit log count callers, not the entry)."""
+    forwarded = request.headers.get("X-Forwarded-For")
+    if forwarded and _loopback(request.remote or ""):
+        request = request.clone(remote=forwarded.rsplit(",", 1)[-1].strip())
+    return await handler(request)
+
+
 def make_app(ctx: CallContext) -> web.Application:
-    app = web.Application(client_max_size=256 * 1024)
+    middlewares = [_forwarded_for] if ctx.settings.trust_forwarded_for else []
+    app = web.Application(client_max_size=256 * 1024, middlewares=middlewares)
     app[CTX] = ctx
-    app[CALLS] = LiveCalls()
+    app[CALLS] = LiveCalls(capacity=ctx.settings.max_calls)
     app[CAMPAIGNS] = {}
     setup_auth(app, ctx.engine, secure_cookies=ctx.settings.secure_cookies)
     add_dashboard(app, ctx.price_book.target_usd_per_minute)
     add_metrics(app)
     add_console_pages(app)
+    add_api(app)
+    add_live_calls(app)
+    add_admin_pages(app)
+    add_recording_routes(app, ctx.settings)
     app.router.add_get("/", index)
     app.router.add_get("/health", health)
+    app.router.add_get("/ready", ready)
+    app.router.add_post("/drain", drain)
     app.router.add_post("/api/offer", offer)
     app.router.add_get("/api/calls/{call_id}/transcript", transcript)
-    app.router.add_get("/api/calls/{call_id}", call_record)
     app.router.add_post("/api/campaigns", create_campaign)
     app.router.add_get("/api/campaigns/{campaign_id}", campaign_progress)
     app.router.add_static("/static", WEB_DIR)
@@ -481,7 +436,9 @@ def make_app(ctx: CallContext) -> web.Application:
 
 
 async def serve(settings: Settings, host: str | None = None, port: int | None = None) -> None:
-    """Run the server until interrupted; calls in progress are ended and recorded."""
+    """Run the server until SIGTERM or SIGINT: then it takes no new calls, lets those in
+    progress finish for up to ``DRAIN_TIMEOUT_S`` (a second signal: at once), ends the rest
+    and writes every record before it exits."""
     host, port = host or settings.host, port or settings.port
     async with AgentRuntime(settings) as ctx:
         app = make_app(ctx)
@@ -492,12 +449,20 @@ async def serve(settings: Settings, host: str | None = None, port: int | None = 
         logger.info("agent ready: open http://%s:%d/ and press Call", host, port)
         if SIP in app:
             logger.info("SIP calls: sip:agent@%s:%d", app[SIP].host, app[SIP].port)
-        stop = asyncio.Event()
+        signals: asyncio.Queue[int] = asyncio.Queue()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, signals.put_nowait, signum)
         try:
-            await stop.wait()
-            logger.info("stopping: ending calls in progress")
+            await signals.get()
+            calls, timeout = app[CALLS], settings.drain_timeout_s
+            logger.info("draining: %d call(s) in progress, up to %.0f s", calls.active, timeout)
+            await _stop_campaigns(app)
+            draining = asyncio.ensure_future(calls.drain(timeout))
+            again = asyncio.ensure_future(signals.get())
+            await asyncio.wait({draining, again}, return_when=asyncio.FIRST_COMPLETED)
+            again.cancel()
+            if calls.active:
+                logger.info("stopping: ending %d call(s) still in progress", calls.active)
         finally:
             await runner.cleanup()

@@ -19,7 +19,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, update
+from sqlalchemy import Engine, create_engine, event, or_, update
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -132,17 +132,24 @@ def upgrade(url: str | URL) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
-def mark_abandoned_calls(engine: Engine) -> int:
-    """Close the calls a previous run of the worker left ``active``; return how many.
+def mark_abandoned_calls(engine: Engine, worker: str | None = None) -> int:
+    """Close the calls a previous run of ``worker`` left ``active``; return how many.
 
-    A call can only be active while a worker carries it, so at start-up any
-    active row belongs to a worker that stopped mid-call. The end time is not
+    A call can only be active while its worker carries it, so when the worker
+    starts again its active rows are calls it stopped in the middle of. Other
+    workers' rows are theirs (they may be running); rows naming no worker are
+    from before calls named theirs, and are closed by any. The end time is not
     known and is left empty.
     """
+    mine = (
+        Call.worker.is_(None)
+        if worker is None
+        else or_(Call.worker == worker, Call.worker.is_(None))
+    )
     with engine.begin() as connection:
         result = connection.execute(
             update(Call)
-            .where(Call.status == CallStatus.ACTIVE.value)
+            .where(Call.status == CallStatus.ACTIVE.value, mine)
             .values(status=CallStatus.ABNORMAL.value, end_reason=WORKER_STOPPED)
         )
     count = result.rowcount
@@ -320,6 +327,9 @@ class StoreWriter:
                         llm_model=record.llm_model,
                         tts_voice=record.tts_voice,
                         prompt_version=record.prompt_version,
+                        number=record.number,
+                        campaign=record.campaign,
+                        worker=record.worker,
                     )
                 )
             elif isinstance(record, TurnRecord):
@@ -347,6 +357,7 @@ class StoreWriter:
         call.ended_at = record.ended_at
         call.duration_s = record.duration_s
         call.end_reason = record.end_reason
+        call.recording_uri = record.recording_uri
         call.price_book_version = cost.price_book_version
         call.cost_usd = cost.total_usd
         call.cost_per_minute_usd = cost.per_minute_usd

@@ -20,6 +20,15 @@ class LineError(RuntimeError):
     """A call-control request the line cannot carry out (the message says why)."""
 
 
+class LineBusy(RuntimeError):
+    """The agent takes no call now (its worker is full or draining): each path says so in its
+    own protocol (SIP 503 with Retry-After, HTTP 503, websocket close 1013), so the caller's
+    network can try another worker."""
+
+    #: Seconds after which trying this worker again may succeed.
+    retry_after_s = 5
+
+
 @dataclass(frozen=True)
 class CallInfo:
     """What the network told us about a call, for the call record and the pre-dial gate."""
@@ -38,6 +47,8 @@ class CallInfo:
     #: it, so nothing is resampled up only to be sent down again. None: the agent's
     #: configured rates.
     sample_rate: int | None = None
+    #: The campaign an outbound call was dialled for (``agent.dialer``).
+    campaign: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 

@@ -20,7 +20,7 @@ from livekit.api import AccessToken, VideoGrants
 from pipecat.transports.livekit.transport import LiveKitParams, LiveKitTransport
 
 from agent.config import Settings
-from telephony.line import CallInfo
+from telephony.line import CallInfo, LineBusy
 from telephony.media_stream import StartCall
 
 logger = logging.getLogger(__name__)
@@ -137,9 +137,16 @@ def add_routes(
         except DispatchError as e:
             return web.json_response({"error": str(e)}, status=400)
         transport = transport_for(config, room, sample_rate)
-        started = start_call(
-            transport, CallInfo(path="livekit", network_id=room, sample_rate=sample_rate)
-        )
+        try:
+            started = start_call(
+                transport, CallInfo(path="livekit", network_id=room, sample_rate=sample_rate)
+            )
+        except LineBusy as e:
+            return web.json_response(
+                {"error": str(e)},
+                status=503,
+                headers={"Retry-After": str(LineBusy.retry_after_s)},
+            )
         logger.info("call %s: joining LiveKit room %s", started.call_id, room)
         return web.json_response(
             {"call_id": started.call_id, "room": room, "identity": AGENT_IDENTITY}

@@ -46,7 +46,7 @@ from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
 from agent.config import Settings
-from telephony.line import CallInfo
+from telephony.line import CallInfo, LineBusy
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,8 @@ CARRIERS = ("twilio", "telnyx")
 START_TIMEOUT_S = 5.0
 #: Websocket close codes (RFC 6455 7.4.1): the peer broke the protocol.
 POLICY_VIOLATION = 1008
+#: RFC 6455 close code 1013: the server is overloaded (full or draining); try another.
+TRY_AGAIN_LATER = 1013
 #: Twilio and Telnyx play (and send) 8 kHz G.711 in 20 ms packets.
 CARRIER_SAMPLE_RATE = 8000
 PACKET_MS = 20
@@ -556,7 +558,12 @@ def add_routes(app: web.Application, config: MediaStreamConfig, start_call: Star
             await ws.close(code=POLICY_VIOLATION, message=str(e).encode()[:120])
             return ws
         transport = MediaStreamTransport(ws, start, serializer)
-        started = start_call(transport, start.call_info())
+        try:
+            started = start_call(transport, start.call_info())
+        except LineBusy as e:
+            logger.info("%s stream %s refused: %s", carrier, start.stream_id, e)
+            await ws.close(code=TRY_AGAIN_LATER, message=str(e).encode()[:120])
+            return ws
         logger.info(
             "%s stream %s (call %s) is call %s",
             carrier,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import wave
@@ -147,6 +148,6 @@ def test_browser_call_reaches_the_database_and_survives_a_server_crash(tmp_path)
 
     call = _stored_call(engine, call_id)
     assert call is not None and call.status == "active" and call.turns
-    assert mark_abandoned_calls(engine) == 1
+    assert mark_abandoned_calls(engine, socket.gethostname()) == 1
     assert _stored_call(engine, call_id).status == "abnormal"
     engine.dispose()

@@ -146,7 +146,7 @@ async def logout_token(client: Client) -> str:
 
 async def test_a_login_sets_a_session_cookie_with_the_right_flags(client: Client) -> None:
     response = await login(client, "ann")
-    assert response.status == 303 and response.headers["Location"] == "/"
+    assert response.status == 303 and response.headers["Location"] == "/console"
     cookie = session_cookie(response)
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/" in cookie
     assert "Secure" not in cookie  # secure_cookies=False: a developer's http://127.0.0.1
@@ -192,7 +192,14 @@ async def test_login_goes_back_to_a_local_next_only(client: Client) -> None:
     assert response.headers["Location"] == "/calls/c1"
     for elsewhere in ("//evil.example/", "https://evil.example/", "/\\evil.example"):
         response = await login(client, "ann", next=elsewhere)
-        assert response.status == 303 and response.headers["Location"] == "/"
+        assert response.status == 303 and response.headers["Location"] == "/console"
+
+
+async def test_each_role_lands_on_its_own_first_section(client: Client) -> None:
+    homes = {"ann": "/console", "olga": "/console/dashboard", "adam": "/console/users"}
+    for name, home in homes.items():
+        response = await login(client, name)
+        assert response.status == 303 and response.headers["Location"] == home
 
 
 async def test_a_new_login_replaces_the_old_session(client: Client) -> None:

@@ -12,21 +12,22 @@ import asyncio
 import datetime as dt
 import os
 import re
-import shutil
+import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.console.pages import CallFilter, find_calls
 from agent.console.users import Users
 from agent.models import (
     AuditEntry,
     Call,
     CallEvent,
-    Consumer,
     ContactAttempt,
     Debt,
     Phone,
@@ -35,6 +36,7 @@ from agent.models import (
 )
 from agent.runtime import AgentRuntime
 from agent.server import make_app
+from tests.console import add_consumer
 
 PASSWORD = "a long operator password"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -43,34 +45,10 @@ NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
 DETAIL = "c-detail-0001"
 #: 60 filler calls, so the list has two pages.
 FILLER = 60
-
-
-def _consumer(session: Session, ref: str, name: str, number: str) -> tuple[Debt, Phone]:
-    consumer = Consumer(
-        external_ref=ref,
-        name=name,
-        address="12 Elm St, Springfield",
-        state="IL",
-        city="Springfield",
-        time_zone="America/Chicago",
-    )
-    phone = Phone(number=number, kind="personal", consent_source="creditor_provided")
-    debt = Debt(
-        account_ref=f"acct-{ref}",
-        account_last4="4321",
-        creditor="First Example Bank",
-        balance_cents=125_000,
-        statute_status="within",
-        tenant_type="third_party_collector",
-        max_discount_pct=20,
-        min_installment_cents=5_000,
-        max_term_months=12,
-    )
-    consumer.phones.append(phone)
-    consumer.debts.append(debt)
-    session.add(consumer)
-    session.flush()
-    return debt, phone
+#: The campaign every fourth filler call was dialled for.
+CAMPAIGN = "2026-12-early-stage"
+#: An inbound call: its number is the caller id, on the call, with no contact attempt.
+INBOUND = "c-inbound-0001"
 
 
 def _call(
@@ -81,11 +59,14 @@ def _call(
     started_at: dt.datetime,
     disposition: str,
     transport: str = "sip",
+    campaign: str | None = None,
 ) -> Call:
     call = Call(
         id=call_id,
         transport=transport,
         direction="outbound",
+        number=phone.number,
+        campaign=campaign,
         status="ended",
         started_at=started_at,
         ended_at=started_at + dt.timedelta(seconds=95),
@@ -116,9 +97,9 @@ def _call(
 
 def _populate(engine) -> None:
     with Session(engine) as session, session.begin():
-        jordan, jordan_phone = _consumer(session, "c1", "Jordan <b>Smith</b>", "+16175550142")
-        maria, maria_phone = _consumer(session, "c2", "Maria Lopez", "+13125559876")
-        lee, lee_phone = _consumer(session, "c3", "Lee Chen", "+14155550999")
+        jordan, jordan_phone = add_consumer(session, "c1", "Jordan <b>Smith</b>", "+16175550142")
+        maria, maria_phone = add_consumer(session, "c2", "Maria Lopez", "+13125559876")
+        lee, lee_phone = add_consumer(session, "c3", "Lee Chen", "+14155550999")
         for i in range(FILLER):
             _call(
                 session,
@@ -128,7 +109,22 @@ def _populate(engine) -> None:
                 NOW - dt.timedelta(days=3, minutes=i),
                 "no_commitment" if i % 2 else "refused",
                 transport="webrtc" if i % 3 == 0 else "sip",
+                campaign=CAMPAIGN if i % 4 == 0 else "2026-12-late-stage",
             )
+        # An inbound caller the agent matched to no account: no debt, no contact attempt.
+        session.add(
+            Call(
+                id=INBOUND,
+                transport="sip",
+                direction="inbound",
+                status="ended",
+                started_at=NOW - dt.timedelta(hours=1),
+                ended_at=NOW - dt.timedelta(minutes=59),
+                duration_s=40.0,
+                disposition="wrong_number",
+                number="+17735554466",
+            )
+        )
         start = NOW - dt.timedelta(hours=2)
         call = _call(session, DETAIL, jordan, jordan_phone, start, "promise_to_pay")
         texts = [
@@ -224,7 +220,7 @@ def _populate(engine) -> None:
                 detail={"date": (NOW + dt.timedelta(days=4)).date().isoformat()},
             )
         )
-        sam, sam_phone = _consumer(session, "c4", "Sam Park", "+12065550123")
+        sam, sam_phone = add_consumer(session, "c4", "Sam Park", "+12065550123")
         _call(
             session,
             "c-callback-due",
@@ -324,27 +320,75 @@ async def test_the_list_filters_and_pages(console):
 
     older = re.search(r'class="older" href="([^"]+)"', page).group(1).replace("&amp;", "&")
     second = _call_ids(await (await client.get(older)).text())
-    total = FILLER + 7
+    total = FILLER + 8
     assert len(second) == total - 50 and not set(ids) & set(second)
 
     by_disposition = _call_ids(await (await client.get("/console?disposition=dispute")).text())
     assert by_disposition == ["c-dispute"]
     by_number = _call_ids(await (await client.get("/console?number=0142")).text())
     assert sorted(by_number) == sorted([DETAIL, "c-callback"])
+    # Typed as the whole number, punctuation and all: the digits are what counts.
+    by_whole = _call_ids(await (await client.get("/console?number=%2B1+617-555-0142")).text())
+    assert by_whole == [DETAIL, "c-callback"]
+    assert _call_ids(await (await client.get("/console?number=99999")).text()) == []
     by_name = _call_ids(await (await client.get("/console?name=lee+chen")).text())
     assert sorted(by_name) == sorted(["c-dispute", "c-escalated", "c-callback-later"])
+    by_campaign = _call_ids(await (await client.get(f"/console?campaign={CAMPAIGN}")).text())
+    assert sorted(by_campaign) == [f"c-fill-{i:04d}" for i in range(0, FILLER, 4)]
+    assert _call_ids(await (await client.get("/console?campaign=2026-12")).text()) == []
     flagged = _call_ids(await (await client.get("/console?flagged=1")).text())
     assert flagged == [DETAIL]
     webrtc = _call_ids(await (await client.get("/console?transport=webrtc")).text())
     assert len(webrtc) == FILLER // 3
-    # What the request said comes back escaped; nonsense in the query is ignored.
-    hostile = await client.get('/console?name="><script>x</script>&before=junk&from=nope')
+    # What the request said comes back escaped; what cannot be read is refused, saying why.
+    hostile = await client.get('/console?name="><script>x</script>')
     assert hostile.status == 200
     text = await hostile.text()
     assert "<script>x" not in text and "&quot;&gt;&lt;script&gt;x&lt;/script&gt;" in text
+    for query, reason in [
+        ("before=junk", "before must be the cursor"),
+        ("from=nope", "from=&#x27;nope&#x27; is not a date"),
+        ("to=9999-12-31", "outside 1900-01-01 to 9999-12-30"),
+        ("before=0001-01-01T00:00:00%2B05:00~x", "before must be the cursor"),
+        ("name=a%00b", "control characters"),
+        ("disposition=happy", "unknown disposition &#x27;happy&#x27;"),
+        ("from=2026-02-02&to=2026-02-01", "is before"),
+    ]:
+        refused = await client.get(f"/console?{query}")
+        assert refused.status == 400, query
+        assert reason in await refused.text(), query
     day = (NOW - dt.timedelta(days=3)).date().isoformat()
     in_range = _call_ids(await (await client.get(f"/console?from={day}&to={day}")).text())
     assert all(i.startswith("c-fill-") for i in in_range) and len(in_range) >= FILLER - 30
+
+
+async def test_an_inbound_call_is_found_by_the_callers_number(console):
+    client, _ = console
+    await log_in(client)
+    page = await (await client.get("/console?number=4466")).text()
+    assert _call_ids(page) == [INBOUND]
+    row = page.split(f'data-call="{INBOUND}"')[1].split("</tr>")[0]
+    assert "4466" in row and "+17735554466" not in page and "inbound" in row
+    # The newest page shows it too, with its number, though it has no contact attempt.
+    newest = await (await client.get("/console")).text()
+    assert _call_ids(newest)[0] == INBOUND and "4466" in newest
+
+
+async def test_the_campaign_filter_pages_and_keeps_itself(console):
+    client, engine = console
+    await log_in(client)
+    page = await (await client.get(f"/console?campaign={CAMPAIGN}&disposition=refused")).text()
+    # Every fourth filler call is in the campaign, and all of those (even i) were refused.
+    assert sorted(_call_ids(page)) == [f"c-fill-{i:04d}" for i in range(0, FILLER, 4)]
+    assert f'name="campaign" value="{CAMPAIGN}"' in page
+    first, cursor = await asyncio.to_thread(find_calls, engine, CallFilter(campaign=CAMPAIGN), 10)
+    assert len(first) == 10 and cursor is not None
+    f = CallFilter.from_query({"campaign": CAMPAIGN, "before": cursor})
+    rest, end = await asyncio.to_thread(find_calls, engine, f, 10)
+    assert len(rest) == FILLER // 4 - 10 and end is None
+    assert {r.campaign for r in first + rest} == {CAMPAIGN}
+    older = CallFilter(campaign=CAMPAIGN).query_string(before=cursor)
+    assert f"campaign={CAMPAIGN}" in older and "before=" in older
 
 
 async def test_a_call_shows_transcript_timeline_waterfall_and_is_audited(console):
@@ -414,14 +458,51 @@ async def test_the_queues(console):
     assert "No payments are recorded" in sections["broken"]
 
 
+def _record(engine, call_id: str, directory: Path) -> None:
+    """A stereo WAV for ``call_id`` in the file store, as the recorder leaves one."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{call_id}.wav"
+    t = np.arange(8000 * 3) / 8000
+    left = (8000 * np.sin(2 * np.pi * 440 * t)).astype(np.int16)
+    right = (8000 * np.sin(2 * np.pi * 660 * t)).astype(np.int16)
+    with wave.open(str(path), "wb") as wav:
+        wav.setnchannels(2)
+        wav.setsampwidth(2)
+        wav.setframerate(8000)
+        wav.writeframes(np.column_stack([left, right]).tobytes())
+    with Session(engine) as session, session.begin():
+        session.get(Call, call_id).recording_uri = path.resolve().as_uri()
+
+
+#: Where the browser test leaves its screenshots (CONSOLE_SCREENSHOTS overrides).
+SCREENSHOTS = Path(__file__).resolve().parent.parent / "test-artifacts" / "screenshots"
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
 async def test_in_a_browser(tmp_path):
+    """The acceptance walk: an operator works a call (list, filter, audio, waterfall, live
+    calls), an owner sees the charts, an admin the users; what each may not see is refused."""
     from playwright.async_api import async_playwright
 
     runtime, ctx = await _runtime_client(f"sqlite:///{tmp_path / 'agent.db'}", tmp_path)
-    shots = tmp_path / "screenshots"
-    shots.mkdir()
+    await asyncio.to_thread(Users(ctx.engine).add, "owen", "a long owner password!", "owner")
+    await asyncio.to_thread(_record, ctx.engine, DETAIL, tmp_path / "recordings")
+    shots = Path(os.environ.get("CONSOLE_SCREENSHOTS") or SCREENSHOTS)
+    shots.mkdir(parents=True, exist_ok=True)
+    taken: list[str] = []
+
+    async def shot(page, name: str) -> None:
+        await page.screenshot(path=str(shots / f"{name}.png"), full_page=True)
+        taken.append(name)
+
+    async def log_in_as(page, base: str, username: str, password: str, home: str) -> None:
+        await page.goto(f"{base}/login")
+        await page.fill("input[name=username]", username)
+        await page.fill("input[name=password]", password)
+        await page.click("button[type=submit]")
+        await page.wait_for_url(f"{base}{home}")
+
     try:
         async with TestServer(make_app(ctx), host="127.0.0.1") as server:
             base = str(server.make_url("/"))[:-1]
@@ -429,43 +510,86 @@ async def test_in_a_browser(tmp_path):
                 browser = await playwright.chromium.launch(
                     executable_path=str(CHROMIUM),
                     headless=True,
-                    args=["--disable-gpu", "--no-first-run", "--disable-background-networking"],
+                    args=[
+                        "--disable-gpu",
+                        "--no-first-run",
+                        "--disable-background-networking",
+                        "--autoplay-policy=no-user-gesture-required",
+                    ],
                 )
                 try:
+                    # Anonymous: a call page goes to the login form, the API is refused.
+                    anonymous = await browser.new_page()
+                    await anonymous.goto(f"{base}/console/calls/{DETAIL}")
+                    assert "/login" in anonymous.url
+                    await shot(anonymous, "login")
+                    for path in ("/api/v1/calls", f"/api/calls/{DETAIL}/recording"):
+                        assert (await anonymous.request.get(f"{base}{path}")).status == 401
+                    await anonymous.close()
+
+                    # The operator.
                     page = await browser.new_page(viewport={"width": 1366, "height": 900})
                     await page.goto(f"{base}/console")
                     assert "/login" in page.url
-                    await page.fill("input[name=username]", "olive")
-                    await page.fill("input[name=password]", PASSWORD)
-                    await page.click("button[type=submit]")
-                    await page.wait_for_url(f"{base}/console")
-                    await page.screenshot(path=str(shots / "calls.png"), full_page=True)
+                    await log_in_as(page, base, "olive", PASSWORD, "/console")
+                    await shot(page, "calls")
                     await page.fill("input[name=number]", "0142")
                     await page.click("form.filters button[type=submit]")
                     await page.wait_for_url(re.compile(r".*number=0142.*"))
                     assert await page.locator("table.calls tbody tr").count() == 2
-                    await page.screenshot(path=str(shots / "filtered.png"), full_page=True)
+                    await shot(page, "filtered")
                     await page.click(f'tr[data-call="{DETAIL}"] a')
                     await page.wait_for_url(f"{base}/console/calls/{DETAIL}")
                     assert await page.locator("#transcript li").count() == 7
                     bar = page.locator('.wf-row[data-turn="1"] .bar[data-part="llm_ttft_ms"]')
                     assert (await bar.bounding_box())["width"] > 10
-                    await page.screenshot(path=str(shots / "call.png"), full_page=True)
+                    # The recording plays (served in ranges from the file store).
+                    await page.evaluate("document.querySelector('#recording audio').play()")
+                    # (Polled from here: the page's CSP forbids evaluating strings in it.)
+                    played = 0.0
+                    for _ in range(150):
+                        played = await page.evaluate("document.querySelector('audio').currentTime")
+                        if played > 0.5:
+                            break
+                        await asyncio.sleep(0.1)
+                    assert played > 0.5, "the recording did not play"
+                    duration = await page.evaluate("document.querySelector('audio').duration")
+                    assert abs(duration - 3.0) < 0.1
+                    await shot(page, "call")
                     await page.goto(f"{base}/console/queues")
-                    await page.screenshot(path=str(shots / "queues.png"), full_page=True)
+                    await shot(page, "queues")
+                    await page.goto(f"{base}/console/live")
+                    await page.wait_for_selector("#live-status:has-text('live')")
+                    await shot(page, "live")
+                    # No admin pages, no owner dashboard: refused, and not in the menu.
+                    assert (await page.goto(f"{base}/console/users")).status == 403
+                    assert (await page.goto(f"{base}/console/dashboard")).status == 403
+                    await page.goto(f"{base}/console")
+                    assert await page.locator('nav a[href="/console/users"]').count() == 0
                     await page.click("header.top button[type=submit]")
                     await page.wait_for_url(re.compile(r".*/login.*"))
+
+                    # The owner: the charts are drawn (Chart.js, vendored at build time).
+                    await log_in_as(
+                        page, base, "owen", "a long owner password!", "/console/dashboard"
+                    )
+                    for chart in ("cost-chart", "latency-chart", "fallback-chart"):
+                        drawn = await page.evaluate(f"!!Chart.getChart('{chart}')")
+                        assert drawn, f"{chart} was not drawn"
+                    await shot(page, "dashboard")
+                    await page.goto(f"{base}/console/audit")
+                    assert await page.locator("table.audit td", has_text="view_call").count() >= 1
+                    await shot(page, "audit")
+                    await page.click("header.top button[type=submit]")
+
+                    # The admin: the users, and no call.
+                    await log_in_as(page, base, "adam", "a long admin password!", "/console/users")
+                    await shot(page, "users")
+                    assert (await page.goto(f"{base}/console/calls/{DETAIL}")).status == 403
                 finally:
                     await browser.close()
     finally:
         await runtime.__aexit__(None, None, None)
-    assert sorted(p.name for p in shots.iterdir()) == [
-        "call.png",
-        "calls.png",
-        "filtered.png",
-        "queues.png",
-    ]
-    if target := os.environ.get("CONSOLE_SCREENSHOTS"):
-        Path(target).mkdir(parents=True, exist_ok=True)
-        for shot in shots.iterdir():
-            shutil.copy(shot, Path(target) / shot.name)
+    pages = ["login", "calls", "filtered", "call", "queues", "live", "dashboard", "audit", "users"]
+    assert taken == pages
+    assert all((shots / f"{name}.png").stat().st_size > 5_000 for name in pages)

@@ -242,6 +242,10 @@ async def test_the_owner_sees_the_charts_the_target_lines_and_the_tiles(client: 
     assert "<td>2026-12-01</td><td>3</td><td>4.0</td><td>$0.0800</td><td>$0.0200</td>" in page
     assert 'data-kpi="right_party_contact_rate"' in page and "66.7%" in page
     assert "no payment data" in page
+    # The planner's choice (docs/benchmarks/profiles/) beside what was measured.
+    planned = re.search(r'<p class="note" id="planned">(.*?)</p>', page, re.S)
+    assert planned and "Predicted response p95" in planned.group(1)
+    assert "measured over this range: response p95" in planned.group(1)
 
 
 async def test_the_api_gives_the_same_figures_as_kpis(client: Client, seeded: Engine) -> None:
@@ -300,3 +304,13 @@ def test_parse_range_caps_the_span() -> None:
     assert parse_range({"from": "2026-12-01", "to": ""}, today) == (DAY1, today)
     with pytest.raises(ValueError, match="at most"):
         parse_range({"from": "2020-01-01"}, today)
+
+
+@pytest.mark.parametrize("to", ["9999-12-31", "0001-01-05"])
+async def test_dates_at_the_ends_of_the_calendar_are_a_400_not_a_500(
+    client: Client, to: str
+) -> None:
+    await login(client, "olga")
+    for path in ("/api/kpis", "/console/dashboard"):
+        response = await client.get(path, params={"to": to})
+        assert response.status == 400 and "outside 1900-01-01" in await response.text()

@@ -384,6 +384,8 @@ async def test_the_agent_holds_an_answered_call_about_the_debt(db_url: str, tmp_
                 "outbound",
                 "caller_hung_up",
             )
+            # The record names the number dialled and the campaign it was dialled for.
+            assert (call.number, call.campaign) == (BOSTON[1], "test")
             assert debt is not None and debt.account_ref == BOSTON[0]
         assert greeting is not None and "Maria Alvarez" in greeting["text"]
 

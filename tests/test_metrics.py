@@ -100,8 +100,8 @@ def test_observing_without_metrics_does_nothing() -> None:
 
 
 def test_the_live_calls_default_reads_the_servers_calls() -> None:
+    from agent.live import CALLS, LiveCalls
     from agent.metrics import METRICS
-    from agent.server import CALLS, LiveCalls
 
     app = web.Application()
     app[CALLS] = LiveCalls()

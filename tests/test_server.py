@@ -116,3 +116,67 @@ async def test_an_offer_is_answered_and_the_call_is_recorded(client):
     assert record is not None
     assert record["transport"] == "webrtc" and record["status"] == "active"
     await peer.close()
+
+
+# -- capacity and draining ---------------------------------------------------------
+
+
+@pytest.fixture
+async def small_client(tmp_path):
+    """A worker that takes one call at a time and drains within half a second."""
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
+            "DATA_DIR": str(tmp_path),
+            "MAX_CALLS": "1",
+            "DRAIN_TIMEOUT_S": "0.5",
+        }
+    )
+    async with AgentRuntime(settings, stub_models=True) as ctx:
+        async with TestClient(TestServer(make_app(ctx))) as client:
+            yield client
+
+
+async def _offer(client):
+    peer = RTCPeerConnection()
+    peer.addTrack(AudioStreamTrack())
+    await peer.setLocalDescription(await peer.createOffer())
+    response = await client.post(
+        "/api/offer", json={"sdp": peer.localDescription.sdp, "type": "offer"}
+    )
+    return peer, response
+
+
+async def test_ready_reports_capacity_and_a_full_worker_refuses_calls(small_client):
+    ready = await small_client.get("/ready")
+    assert ready.status == 200
+    assert await ready.json() == {"calls": 0, "capacity": 1, "draining": False}
+    first, answered = await _offer(small_client)
+    assert answered.status == 200
+    full = await small_client.get("/ready")
+    assert full.status == 503 and (await full.json())["calls"] == 1
+    second, refused = await _offer(small_client)
+    assert refused.status == 503 and refused.headers["Retry-After"] == "5"
+    assert "full (1 calls)" in (await refused.json())["error"]
+    # Liveness is not readiness: a full worker is alive.
+    assert (await small_client.get("/health")).status == 200
+    await first.close()
+    await second.close()
+
+
+async def test_drain_stops_new_calls_and_waits_for_the_current_ones(small_client):
+    peer, answered = await _offer(small_client)
+    assert answered.status == 200
+    drained = await small_client.post("/drain")
+    # The call goes on past the deadline (0.5 s): the drain says so.
+    assert drained.status == 200 and await drained.json() == {"drained": False, "calls": 1}
+    ready = await small_client.get("/ready")
+    assert ready.status == 503 and (await ready.json())["draining"] is True
+    _, refused = await _offer(small_client)
+    assert refused.status == 503 and "shutting down" in (await refused.json())["error"]
+    await peer.close()
+
+
+async def test_drain_of_an_idle_worker_answers_at_once(small_client):
+    drained = await small_client.post("/drain")
+    assert await drained.json() == {"drained": True, "calls": 0}

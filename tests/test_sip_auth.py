@@ -55,3 +55,14 @@ def test_unsupported_challenges() -> None:
             method="INVITE",
             uri="x",
         )
+
+
+def test_an_answer_without_qop_is_a_replay_risk_and_refused() -> None:
+    """Our challenge offers qop=auth; an answer without it has no nc, so it could replay."""
+    challenger = DigestChallenger("agent", {"trunk": "s3cret"})
+    challenge = challenger.challenge().replace(', qop="auth"', "")
+    header = authorization(
+        challenge, username="trunk", password="s3cret", method="INVITE", uri="sip:agent@h"
+    )
+    assert "qop" not in header
+    assert challenger.check(header, "INVITE") == "denied"

@@ -51,3 +51,29 @@ def test_answer_and_offer_round_trip_with_version_bumps() -> None:
     assert local.answer(media) == first  # unchanged description keeps its version
     media.direction = "recvonly"
     assert b"a=recvonly" in local.answer(media) and local.answer(media) != first
+
+
+def test_other_media_sections_keep_their_lines_to_themselves() -> None:
+    """A video section's (or a refused audio stream's) c= and a= lines are not the audio's."""
+    offer = (
+        b"v=0\r\no=- 1 1 IN IP4 10.0.0.1\r\ns=-\r\nc=IN IP4 10.0.0.1\r\nt=0 0\r\n"
+        b"m=video 5000 RTP/AVP 96\r\nc=IN IP4 10.9.9.9\r\na=sendonly\r\n"
+        b"m=audio 0 RTP/AVP 0\r\nc=IN IP4 10.8.8.8\r\n"
+        b"m=audio 4000 RTP/AVP 0\r\n"
+    )
+    media = sdp.negotiate(sdp.parse(offer))
+    assert (media.remote_ip, media.remote_port, media.direction) == ("10.0.0.1", 4000, "sendrecv")
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        (b"m=audio 4000", b"m=audio 0"),  # the only audio stream, refused
+        (b"m=audio 4000", b"m=audio 70000"),  # asyncio's sendto would close the RTP socket
+        (b"c=IN IP4 10.0.0.1", b"c=IN IP4 pbx.example.com"),  # RTP sends to addresses only
+        (b"18 8 0 96", b"18 8 0 960"),
+    ],
+)
+def test_streams_we_cannot_send_to_are_refused(change: tuple[bytes, bytes]) -> None:
+    with pytest.raises(sdp.SdpError):
+        sdp.negotiate(sdp.parse(OFFER.replace(*change)))

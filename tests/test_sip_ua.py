@@ -7,9 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from telephony.line import LineError
+from telephony.line import LineBusy, LineError
+from telephony.sip import sdp
+from telephony.sip import ua as ua_module
+from telephony.sip.message import SipResponse, parse
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall, SipEndpoint
+from telephony.sip.ua import MediaSession, RateLimiter, SipCall, SipEndpoint
 from telephony.sip_transport import SipTransport
 
 FAST = Timers(t1=0.05, t2=0.2, t4=0.2)
@@ -21,6 +24,8 @@ async def callee_app(call: SipCall) -> None:
         await call.ended.wait()
     elif action == "decline":
         await call.hang_up()
+    elif action == "busy":
+        raise LineBusy("this worker is full (1 calls)")
     else:
         await call.answer()
 
@@ -78,6 +83,9 @@ async def test_declined_and_no_answer(callee: SipEndpoint) -> None:
     try:
         declined = await ua.invite(f"sip:decline@127.0.0.1:{callee.port}")
         assert (declined.outcome, declined.status) == ("failed", 603)
+        # A full or draining worker: 503, so the edge tries another.
+        busy = await ua.invite(f"sip:busy@127.0.0.1:{callee.port}")
+        assert busy.status == 503
         unanswered = await ua.invite(f"sip:ring@127.0.0.1:{callee.port}", ring_timeout=0.3)
         assert (unanswered.outcome, unanswered.status) == ("no_answer", 487)
         for call in list(callee.calls.values()):
@@ -109,4 +117,86 @@ async def test_unreachable_uri_fails_cleanly() -> None:
         result = await ua.invite("tel:+15551234567")
         assert result.outcome == "failed" and "cannot reach" in result.reason
     finally:
+        await ua.close()
+
+
+# -- limits on what comes in (docs/protocols.md, "Hardening") ---------------------------------
+
+
+class RawPeer(asyncio.DatagramProtocol):
+    """A bare UDP socket: sends what a test writes, queues the responses it gets."""
+
+    def __init__(self) -> None:
+        self.responses: asyncio.Queue[SipResponse] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        message = parse(data)
+        assert isinstance(message, SipResponse)
+        self.responses.put_nowait(message)
+
+
+def raw_request(method: str, branch: str, contact: str = "<sip:caller@127.0.0.1:5070>") -> bytes:
+    body = sdp.LocalSession("127.0.0.1", 4000).offer() if method == "INVITE" else b""
+    return (
+        f"{method} sip:answer@127.0.0.1 SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bK{branch}\r\n"
+        f"From: <sip:caller@127.0.0.1>;tag=c1\r\nTo: <sip:answer@127.0.0.1>\r\n"
+        f"Call-ID: {branch}@127.0.0.1\r\nCSeq: 1 {method}\r\nContact: {contact}\r\n"
+        f"Content-Type: application/sdp\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+async def raw_peer() -> tuple[asyncio.DatagramTransport, RawPeer]:
+    loop = asyncio.get_running_loop()
+    return await loop.create_datagram_endpoint(RawPeer, local_addr=("127.0.0.1", 0))
+
+
+async def test_over_the_rate_a_source_gets_a_stateless_503() -> None:
+    ua = SipEndpoint("127.0.0.1", 0, on_call=callee_app, timers=FAST, rate=0.001, burst=2)
+    await ua.start()
+    transport, peer = await raw_peer()
+    try:
+        statuses, retry_after = [], []
+        # Two new requests, one over the burst, then a retransmission of the first.
+        for branch in ("r1", "r2", "r3", "r1"):
+            transport.sendto(raw_request("OPTIONS", branch), ("127.0.0.1", ua.port))
+            response = await asyncio.wait_for(peer.responses.get(), 5)
+            statuses.append(response.status)
+            retry_after.append(response.headers.get("Retry-After"))
+        assert statuses == [200, 200, 503, 200]  # a retransmission is its transaction's, free
+        assert retry_after == [None, None, "1", None]
+        assert len(ua.layer.server) == 2  # the refused request left nothing behind
+    finally:
+        transport.close()
+        await ua.close()
+
+
+def test_rate_limiter_refills_and_forgets_only_quiet_sources(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [100.0]
+    monkeypatch.setattr(ua_module.time, "monotonic", lambda: now[0])
+    limiter = RateLimiter(rate=1.0, burst=2.0, max_sources=2)
+    assert [limiter.allow("10.0.0.1") for _ in range(3)] == [True, True, False]
+    assert limiter.allow("10.0.0.2")
+    now[0] += 1.0  # .1 has one token back; .2 is full again, the same as never seen
+    assert limiter.allow("10.0.0.3")  # a third source: the table is full, .2 goes
+    assert set(limiter._buckets) == {"10.0.0.1", "10.0.0.3"}
+    assert [limiter.allow("10.0.0.1") for _ in range(2)] == [True, False]
+
+
+@pytest.mark.parametrize("contact", ["<tel:+15551234567>", "<sips:caller@127.0.0.1>"])
+async def test_an_invite_we_could_not_hang_up_on_is_refused_before_media(contact: str) -> None:
+    async def media(host: str) -> MediaSession:
+        raise AssertionError("no RTP session for a call we cannot reach")
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=callee_app, timers=FAST, media=media)
+    await ua.start()
+    transport, peer = await raw_peer()
+    try:
+        transport.sendto(raw_request("INVITE", "c1", contact), ("127.0.0.1", ua.port))
+        statuses = [(await asyncio.wait_for(peer.responses.get(), 5)).status for _ in range(2)]
+        assert statuses == [100, 400] and ua.calls == {}
+    finally:
+        transport.close()
         await ua.close()

@@ -36,6 +36,7 @@ from agent.console.context import (
     now,
     utc_now,
 )
+from agent.console.nav import home
 from agent.console.ratelimit import FailureLimiter, Limit
 from agent.console.sessions import SessionPolicy, SessionStore
 from agent.console.users import Users
@@ -245,7 +246,7 @@ async def _login(request: web.Request) -> web.Response:
         ip=request.remote,
     )
     logger.info("user %s logged in to the console from %s", account.username, ip)
-    response = _redirect(next_path or "/")
+    response = _redirect(next_path or home(account.role))
     auth.set_cookie(response, auth.session_cookie, session_token)
     auth.del_cookie(response, auth.csrf_cookie)
     return response

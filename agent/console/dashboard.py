@@ -15,27 +15,32 @@ import asyncio
 import datetime as dt
 import html
 import json
+import logging
 import secrets
 from collections.abc import Mapping
 
 from aiohttp import web
 
+from agent.console import query as q
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, now
-from agent.console.kpis import Figures, Kpi, components, figures
+from agent.console.kpis import LATENCY_TARGET_MS, Figures, Kpi, components, figures
+from agent.console.pages import page
+from agent.console.query import QueryError
 from agent.models import Role
+from agent.plan import Prediction, ProfileError, chosen_configuration
 from agent.pricebook import PriceBook
 
 #: The cost target of the price book the dashboard compares against ($/minute).
 TARGET = web.AppKey("dashboard_target_usd_per_minute", float)
+logger = logging.getLogger(__name__)
+
+#: The planner's choice, shown beside the measured figures.
+PLANNED = web.AppKey("dashboard_planned", object)
 #: Where the page loads Chart.js from (``make`` puts it in agent/web/vendor/).
 CHART_JS = "/static/vendor/chart.umd.min.js"
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
-
-
-class RangeError(ValueError):
-    """A ``from``/``to`` the dashboard cannot use; its message is the 400's."""
 
 
 def add_dashboard(app: web.Application, target_usd_per_minute: float | None = None) -> None:
@@ -49,28 +54,31 @@ def add_dashboard(app: web.Application, target_usd_per_minute: float | None = No
     if target_usd_per_minute is None:
         target_usd_per_minute = PriceBook.load().target_usd_per_minute
     app[TARGET] = target_usd_per_minute
+    app[PLANNED] = _planned_configuration()
     app.router.add_get("/console/dashboard", dashboard_page)
     app.router.add_get("/api/kpis", kpis_json)
 
 
+def _planned_configuration() -> Prediction | None:
+    """The planner's cheapest configuration that meets the latency target (agent/plan.py),
+    from the measured profiles in docs/benchmarks/profiles/; None when none does or the
+    profiles cannot be read (the page says so)."""
+    try:
+        return chosen_configuration(LATENCY_TARGET_MS)
+    except (ProfileError, ValueError, OSError) as exc:
+        logger.warning("the dashboard shows no planned configuration: %s", exc)
+        return None
+
+
 def parse_range(query: Mapping[str, str], today: dt.date) -> tuple[dt.date, dt.date]:
-    """``from`` and ``to`` of the query (ISO dates, inclusive), defaulting to the last 30 days."""
-
-    def day(name: str) -> dt.date | None:
-        value = query.get(name)
-        if not value:
-            return None
-        try:
-            return dt.date.fromisoformat(value)
-        except ValueError:
-            raise RangeError(f"{name}={value!r} is not a date (YYYY-MM-DD)") from None
-
-    end = day("to") or today
-    start = day("from") or end - dt.timedelta(days=DEFAULT_DAYS - 1)
+    """``from`` and ``to`` of the query (ISO dates, inclusive), defaulting to the last 30
+    days; ``QueryError`` for a bad or too long range."""
+    end = q.day(query, "to") or today
+    start = q.day(query, "from") or max(q.FIRST_DAY, end - dt.timedelta(days=DEFAULT_DAYS - 1))
     if end < start:
-        raise RangeError(f"to={end} is before from={start}")
+        raise QueryError(f"to={end} is before from={start}")
     if (end - start).days + 1 > MAX_DAYS:
-        raise RangeError(f"at most {MAX_DAYS} days at a time")
+        raise QueryError(f"at most {MAX_DAYS} days at a time")
     return start, end
 
 
@@ -83,7 +91,7 @@ async def _figures(request: web.Request) -> Figures:
 async def kpis_json(request: web.Request) -> web.Response:
     try:
         result = await _figures(request)
-    except RangeError as exc:
+    except QueryError as exc:
         return web.json_response({"error": str(exc)}, status=400)
     return web.json_response(result.to_json())
 
@@ -92,19 +100,16 @@ async def kpis_json(request: web.Request) -> web.Response:
 async def dashboard_page(request: web.Request) -> web.Response:
     try:
         result = await _figures(request)
-    except RangeError as exc:
-        return web.Response(text=str(exc), status=400)
+    except QueryError as exc:
+        note = f'<h1>Dashboard</h1><p class="flag" role="alert">{html.escape(str(exc))}</p>'
+        return page(request, "Dashboard", note, status=400)
     nonce = secrets.token_urlsafe(16)
-    return web.Response(
-        text=render(result, nonce),
-        content_type="text/html",
-        headers={
-            "X-Frame-Options": "DENY",
-            "Content-Security-Policy": f"default-src 'none'; script-src 'self' 'nonce-{nonce}'; "
-            "style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; "
-            "frame-ancestors 'none'",
-        },
+    csp = (
+        f"default-src 'none'; script-src 'self' 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+        "img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     )
+    body = render(result, nonce, request.app[PLANNED])
+    return page(request, "Dashboard", body, csp=csp)
 
 
 # -- the page -------------------------------------------------------------------------------
@@ -193,28 +198,45 @@ def _script_json(value: object) -> str:
     return json.dumps(value).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def render(result: Figures, nonce: str) -> str:
+def _planned(planned: object, result: Figures) -> str:
+    """The planner's chosen configuration: its predicted p95 and $/minute against the
+    range's measured ones."""
+    if not isinstance(planned, Prediction):
+        return (
+            '<p class="note" id="planned">No configuration of the planner meets the target '
+            "(<code>python -m agent plan</code>).</p>"
+        )
+    declared = (
+        f" (declared, not measured: {', '.join(planned.declared_stages)})"
+        if planned.declared_stages
+        else ""
+    )
+    return (
+        f'<p class="note" id="planned">Planned: {html.escape(planned.label + declared)}. '
+        f"Predicted response p{planned.percentile:g} {planned.predicted_ms:.0f} ms at "
+        f"${planned.usd_per_minute:.4f}/min; measured over this range: response p95 "
+        f"{_num(result.response_p95_ms, 0)} ms at {_num(result.usd_per_minute, prefix='$')}/min."
+        "</p>"
+    )
+
+
+def render(result: Figures, nonce: str, planned: object = None) -> str:
     """The dashboard page: tables for everything, and charts when Chart.js is there."""
     span = f"{result.start.isoformat()} to {result.end.isoformat()} (UTC)"
     data = _script_json(
         {**result.to_json(), "components": components(result.cost)},
     )
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Console: dashboard</title>
-<style>
-body{{font-family:system-ui,sans-serif;margin:1.5rem auto;max-width:72rem;padding:0 1rem}}
-table{{border-collapse:collapse;margin:.5rem 0 1.5rem}}
-td,th{{border:1px solid #ccc;padding:.2rem .5rem;text-align:right}}
-tr.over td{{background:#fde8e8}}
+    return f"""<style>
+.dashboard table{{width:auto;margin:.5rem 0 1.5rem}}
+.dashboard td,.dashboard th{{border:1px solid #ccc;padding:.2rem .5rem;text-align:right}}
+.dashboard tr.over td{{background:#fde8e8}}
 .tiles{{display:flex;flex-wrap:wrap;gap:1rem}}
 .tile{{border:1px solid #ccc;border-radius:.4rem;padding:.5rem 1rem;min-width:12rem}}
 .tile .value{{font-size:1.6rem;margin:.2rem 0}}
-.note{{color:#666;font-size:.85rem;max-width:16rem}}
+.tile .note{{font-size:.85rem;max-width:16rem}}
 .chart{{position:relative;height:18rem}}
-</style></head>
-<body>
+</style>
+<div class="dashboard">
 <h1>Dashboard</h1>
 <form method="get" action="/console/dashboard">
 <label>From <input type="date" name="from" value="{result.start.isoformat()}"></label>
@@ -231,17 +253,19 @@ tr.over td{{background:#fde8e8}}
 </div>
 <h2>Latency (target {result.latency_target_ms:.0f} ms)</h2>
 <div class="chart"><canvas id="latency-chart" aria-label="latency by day"></canvas></div>
+{_planned(planned, result)}
 {_latency_table(result)}
+</div>
 <script type="application/json" id="figures">{data}</script>
 <script src="{CHART_JS}"></script>
 <script nonce="{nonce}">{_CHARTS_JS}</script>
-</body></html>
 """
 
 
 _CHARTS_JS = """
 (function () {
   if (!window.Chart) { return; }  // no vendored Chart.js: the tables stand alone
+  Chart.defaults.animation = false;  // the figures at once, not grown into place
   const f = JSON.parse(document.getElementById("figures").textContent);
   const colours = ["#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#b07aa1", "#76b7b2"];
   const target = (label, value, n) => ({

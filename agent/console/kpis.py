@@ -81,6 +81,14 @@ class Figures:
     cost: list[DayCost]
     latency: list[DayLatency]
     kpis: list[Kpi]
+    #: p95 of ``response_ms`` over every turn of the range (not a day's).
+    response_p95_ms: float | None = None
+
+    @property
+    def usd_per_minute(self) -> float | None:
+        """The range's cost per connected minute."""
+        minutes = sum(d.minutes for d in self.cost)
+        return sum(d.cost_usd for d in self.cost) / minutes if minutes else None
 
     def to_json(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
@@ -301,7 +309,19 @@ def figures(engine: Engine, start: dt.date, end: dt.date, target_usd_per_minute:
         cost=cost_by_day(engine, start, end),
         latency=latency_by_day(engine, start, end),
         kpis=[*collection_kpis(engine, start, end), fallback_share(engine, start, end)],
+        response_p95_ms=response_percentile(engine, start, end, 0.95),
     )
+
+
+def response_percentile(engine: Engine, start: dt.date, end: dt.date, q: float) -> float | None:
+    """The ``q`` quantile of ``response_ms`` over every turn of the range."""
+    with Session(engine) as session:
+        values = session.scalars(
+            select(Turn.response_ms)
+            .join(Call, Call.id == Turn.call_id)
+            .where(_in_range(start, end), Turn.response_ms.is_not(None))
+        ).all()
+    return _percentile([v for v in values if v is not None], q)
 
 
 def components(days: Iterable[DayCost]) -> list[str]:

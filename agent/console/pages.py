@@ -23,28 +23,29 @@ from typing import Any
 from urllib.parse import urlencode
 
 from aiohttp import web
-from sqlalchemy import Engine, exists, or_, select
+from sqlalchemy import Connection, Engine, Select, exists, or_, select
 from sqlalchemy.orm import Session, selectinload
 
+from agent.console import query as q
 from agent.console.audit import audit
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, current_user, now
 from agent.console.csrf import FIELD, csrf_token
+from agent.console.nav import NAV
+from agent.console.query import QueryError
 from agent.models import (
     Call,
     CallEvent,
     Consumer,
-    ContactAttempt,
     Debt,
     Promise,
     PromiseStatus,
     Role,
 )
 from agent.predial import Ledger, contact_ledger, masked
+from agent.records import CALL_ID_LENGTH, FLAG_KINDS
 
 PAGE_SIZE = 50
-#: Events that flag a call for compliance review.
-FLAG_KINDS = ("blocked_sentence", "tool_denied", "card_number_spoken")
 #: The dispositions the policy ends calls with (agent/policy.py), offered in the filter.
 DISPOSITIONS = (
     "promise_to_pay",
@@ -61,7 +62,10 @@ DISPOSITIONS = (
     "wrong_number",
     "hung_up_before_verify",
     "voicemail_lcm_left",
+    "voicemail_no_message",
 )
+#: E.164 numbers have at most 15 digits.
+MAX_NUMBER_DIGITS = 15
 #: A turn's latency parts, in the order they happen, with their bar colours.
 WATERFALL = (
     ("endpointing_ms", "endpointing", "#9aa5b1"),
@@ -77,8 +81,13 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    "media-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
 }
+#: For a page with a script of ours (``/static/...``) that reads the server's events.
+_SCRIPT_CSP = (
+    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
 
 
 def add_console_pages(app: web.Application) -> None:
@@ -101,25 +110,45 @@ def _layout() -> Template:
     return Template((_TEMPLATES / "layout.html").read_text(encoding="utf-8"))
 
 
-def _page(request: web.Request, title: str, body: str, status: int = 200) -> web.Response:
+def page(
+    request: web.Request,
+    title: str,
+    body: str,
+    status: int = 200,
+    *,
+    script: bool = False,
+    csp: str | None = None,
+) -> web.Response:
+    """``body`` in the console's layout; ``script``: the page loads a script of ours;
+    ``csp``: the page's own Content-Security-Policy (one with a nonce for inline script)."""
     user = current_user(request)
     text = _layout().substitute(
         title=e(title),
         username=e(user.username if user else ""),
         role=e(user.role if user else ""),
+        nav=_nav(user.role if user else None),
         csrf_field=e(FIELD),
         csrf_token=e(csrf_token(request)),
         body=body,
     )
-    return web.Response(text=text, content_type="text/html", status=status, headers=_HEADERS)
+    headers = _HEADERS
+    if csp or script:
+        headers = {**_HEADERS, "Content-Security-Policy": csp or _SCRIPT_CSP}
+    return web.Response(text=text, content_type="text/html", status=status, headers=headers)
 
 
-def _number(number: str | None) -> str:
+def _nav(role: Role | None) -> str:
+    return "".join(
+        f'<a href="{e(path)}">{e(label)}</a>' for path, label, roles in NAV if role in roles
+    )
+
+
+def masked_number(number: str | None) -> str:
     """A phone number as the console shows it: its last four digits only."""
     return masked(number) if number else ""
 
 
-def _when(value: dt.datetime | None) -> str:
+def when(value: dt.datetime | None) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
 
@@ -158,21 +187,35 @@ class CallFilter:
     date_to: dt.date | None = None
     #: Keyset cursor: the (started_at, id) of the last row of the previous page.
     before: tuple[dt.datetime, str] | None = None
+    #: The campaign an outbound call was dialled for, exactly.
+    campaign: str = ""
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> CallFilter:
-        def text(key: str, limit: int = 100) -> str:
-            return query.get(key, "").strip()[:limit]
-
+        """The filter ``query`` asks for; ``QueryError`` naming the first bad parameter."""
+        number_text = q.text(query, "number", 32)
+        number = re.sub(r"[^0-9]", "", number_text)
+        if number_text and not 1 <= len(number) <= MAX_NUMBER_DIGITS:
+            raise QueryError(f"number must hold 1 to {MAX_NUMBER_DIGITS} digits")
+        disposition = q.text(query, "disposition", 64)
+        if disposition and disposition not in DISPOSITIONS:
+            raise QueryError(
+                f"unknown disposition {q.shown(disposition)}: one of {', '.join(DISPOSITIONS)}"
+            )
+        start, end = q.day(query, "from"), q.day(query, "to")
+        if start and end and end < start:
+            raise QueryError(f"to={end} is before from={start}")
+        before = q.text(query, "before", 100)
         return cls(
-            number=re.sub(r"\D", "", text("number", 20)),
-            name=text("name", 200),
-            disposition=text("disposition", 64),
-            transport=text("transport", 32),
-            flagged=query.get("flagged") in ("1", "on", "true"),
-            date_from=_date(query.get("from")),
-            date_to=_date(query.get("to")),
-            before=_cursor(query.get("before")),
+            number=number,
+            name=q.text(query, "name", 200),
+            disposition=disposition,
+            transport=q.text(query, "transport", 32),
+            flagged=q.flag(query, "flagged"),
+            date_from=start,
+            date_to=end,
+            before=_cursor(before) if before else None,
+            campaign=q.text(query, "campaign", 128),
         )
 
     def query_string(self, **changes: str) -> str:
@@ -180,6 +223,7 @@ class CallFilter:
             "number": self.number,
             "name": self.name,
             "disposition": self.disposition,
+            "campaign": self.campaign,
             "transport": self.transport,
             "flagged": "1" if self.flagged else "",
             "from": self.date_from.isoformat() if self.date_from else "",
@@ -189,24 +233,28 @@ class CallFilter:
         return urlencode({k: v for k, v in params.items() if v})
 
 
-def _date(value: str | None) -> dt.date | None:
-    try:
-        return dt.date.fromisoformat(value) if value else None
-    except ValueError:
-        return None
-
-
-def _cursor(value: str | None) -> tuple[dt.datetime, str] | None:
-    if not value or "~" not in value:
-        return None
-    at, _, call_id = value.rpartition("~")
+def _cursor(value: str) -> tuple[dt.datetime, str]:
+    """The ``before`` of an "Older" link: ``<started_at ISO 8601>~<call id>``."""
+    wrong = QueryError("before must be the cursor of an Older link (started_at~call id)")
+    at, sep, call_id = value.rpartition("~")
+    if not sep or not at or not call_id or len(call_id) > CALL_ID_LENGTH:
+        raise wrong
     try:
         when = dt.datetime.fromisoformat(at)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        when = when.astimezone(dt.UTC)
+    except (ValueError, OverflowError):
+        raise wrong from None
+    return when, call_id
+
+
+def _stored_day(value: object) -> dt.date | None:
+    """A date an event stored (a callback's), or None when it holds none."""
+    try:
+        return dt.date.fromisoformat(str(value))
     except ValueError:
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when, call_id[:32]
 
 
 def _encode_cursor(at: dt.datetime, call_id: str) -> str:
@@ -226,27 +274,81 @@ class CallRow:
     number: str | None
     flagged: bool
     debt_id: int | None = None
+    campaign: str | None = None
 
 
 def _number_of_call() -> Any:
-    """The number dialled for the call (its first contact attempt), as a scalar subquery."""
-    return (
-        select(ContactAttempt.number)
-        .where(ContactAttempt.call_id == Call.id)
-        .order_by(ContactAttempt.id)
-        .limit(1)
-        .scalar_subquery()
-    )
+    """The call's number: ``calls.number``, the caller id inbound, the number dialled outbound."""
+    return Call.number
 
 
 def _flagged() -> Any:
     return exists().where(CallEvent.call_id == Call.id, CallEvent.kind.in_(FLAG_KINDS))
 
 
-def find_calls(
-    engine: Engine, f: CallFilter, limit: int = PAGE_SIZE
-) -> tuple[list[CallRow], str | None]:
-    """A page of calls, newest first, and the cursor of the next page (None at the end)."""
+#: A number or name filter is first looked up (the numbers ending in the digits, the debts
+#: of the consumers so named); at most this many are then matched by value. Past it the
+#: filter is checked on each call walked newest first: it is common, so that ends soon.
+MAX_MATCHES = 500
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """What ``look_up`` found for the filters no index answers directly; None: not looked up."""
+
+    numbers: tuple[str, ...] | None = None
+    debt_ids: tuple[int, ...] | None = None
+
+
+def numbers_query(digits: str) -> Select[Any]:
+    """The distinct numbers ending in ``digits`` (at most ``MAX_MATCHES`` + 1).
+
+    A suffix cannot use a B-tree as a range, but ``ix_calls_number`` is far
+    narrower than ``calls``: this is answered by scanning the index alone.
+    """
+    return (
+        select(Call.number)
+        .where(Call.number.endswith(digits, autoescape=True))
+        .distinct()
+        .limit(MAX_MATCHES + 1)
+    )
+
+
+def debts_query(name: str) -> Select[Any]:
+    """The debts of the consumers whose name holds ``name`` (at most ``MAX_MATCHES`` + 1)."""
+    return (
+        select(Debt.id)
+        .join(Consumer, Consumer.id == Debt.consumer_id)
+        .where(Consumer.name.icontains(name, autoescape=True))
+        .limit(MAX_MATCHES + 1)
+    )
+
+
+def look_up(connection: Session | Connection, f: CallFilter) -> Lookups | None:
+    """The number and name filters' matches, for ``call_query``; None when nothing can match."""
+    numbers = debt_ids = None
+    if f.number:
+        numbers = tuple(str(n) for n in connection.scalars(numbers_query(f.number)))
+        if not numbers:
+            return None
+    if f.name:
+        debt_ids = tuple(int(i) for i in connection.scalars(debts_query(f.name)))
+        if not debt_ids:
+            return None
+    return Lookups(
+        numbers if numbers is not None and len(numbers) <= MAX_MATCHES else None,
+        debt_ids if debt_ids is not None and len(debt_ids) <= MAX_MATCHES else None,
+    )
+
+
+def call_query(f: CallFilter, limit: int = PAGE_SIZE, found: Lookups | None = None) -> Select[Any]:
+    """The call list's query: ``limit`` calls matching ``f``, newest first (see find_calls).
+
+    ``found``: what ``look_up`` found, matched by value (``ix_calls_number``,
+    ``ix_calls_debt_id``); without it, or past ``MAX_MATCHES``, the number's
+    suffix and the consumer's name are checked on every call walked.
+    """
+    found = found or Lookups()
     query = (
         select(
             Call.id,
@@ -257,24 +359,26 @@ def find_calls(
             Call.duration_s,
             Call.cost_usd,
             Call.debt_id,
-            Consumer.name,
+            Call.campaign,
             _number_of_call().label("number"),
+            Consumer.name,
             _flagged().label("flagged"),
         )
         .outerjoin(Debt, Debt.id == Call.debt_id)
         .outerjoin(Consumer, Consumer.id == Debt.consumer_id)
     )
-    if f.number:
-        query = query.where(
-            exists().where(
-                ContactAttempt.call_id == Call.id,
-                ContactAttempt.number.endswith(f.number, autoescape=True),
-            )
-        )
-    if f.name:
+    if f.number and found.numbers is not None:
+        query = query.where(_number_of_call().in_(found.numbers))
+    elif f.number:
+        query = query.where(_number_of_call().endswith(f.number, autoescape=True))
+    if f.name and found.debt_ids is not None:
+        query = query.where(Call.debt_id.in_(found.debt_ids))
+    elif f.name:
         query = query.where(Consumer.name.icontains(f.name, autoescape=True))
     if f.disposition:
         query = query.where(Call.disposition == f.disposition)
+    if f.campaign:
+        query = query.where(Call.campaign == f.campaign)
     if f.transport:
         query = query.where(Call.transport == f.transport)
     if f.flagged:
@@ -287,8 +391,24 @@ def find_calls(
         at, call_id = f.before
         # The plain ``started_at <= at`` lets the planner range-scan ix_calls_started_at.
         query = query.where(Call.started_at <= at, or_(Call.started_at < at, Call.id < call_id))
-    query = query.order_by(Call.started_at.desc(), Call.id.desc()).limit(limit + 1)
+    return query.order_by(Call.started_at.desc(), Call.id.desc()).limit(limit)
+
+
+def find_calls(
+    engine: Engine, f: CallFilter, limit: int = PAGE_SIZE
+) -> tuple[list[CallRow], str | None]:
+    """A page of calls, newest first, and the cursor of the next page (None at the end).
+
+    A number or name filter is two queries: what matches it (``look_up``),
+    then the calls of those. In one query the planner must guess how common
+    the suffix or the name is: SQLite (no statistics) and PostgreSQL's generic
+    plan for a prepared statement (psycopg prepares one after five runs) guess
+    common, walk every call newest first and check each: seconds at 100,000.
+    """
     with Session(engine) as session:
+        found = look_up(session, f)
+        if found is None:
+            return [], None
         rows = [
             CallRow(
                 id=r.id,
@@ -302,8 +422,9 @@ def find_calls(
                 number=r.number,
                 flagged=bool(r.flagged),
                 debt_id=r.debt_id,
+                campaign=r.campaign,
             )
-            for r in session.execute(query)
+            for r in session.execute(call_query(f, limit + 1, found))
         ]
     more = len(rows) > limit
     rows = rows[:limit]
@@ -327,8 +448,8 @@ def _call_table(rows: list[CallRow], empty: str = "No calls match.") -> str:
         flag = '<span class="flag" title="compliance flag">⚑ flagged</span>' if row.flagged else ""
         lines.append(
             f'<tr data-call="{e(row.id)}">'
-            f'<td><a href="/console/calls/{e(row.id)}">{e(_when(row.started_at))}</a></td>'
-            f"<td>{e(row.consumer)}</td><td>{e(_number(row.number))}</td>"
+            f'<td><a href="/console/calls/{e(row.id)}">{e(when(row.started_at))}</a></td>'
+            f"<td>{e(row.consumer)}</td><td>{e(masked_number(row.number))}</td>"
             f"<td>{e(row.transport)} / {e(row.direction)}</td>"
             f'<td class="disposition">{e(row.disposition)}</td>'
             f'<td class="num">{e(_duration(row.duration_s))}</td>'
@@ -341,23 +462,38 @@ def _call_table(rows: list[CallRow], empty: str = "No calls match.") -> str:
     )
 
 
-@require_role(Role.OPERATOR, Role.OWNER)
-async def call_list(request: web.Request) -> web.StreamResponse:
-    f = CallFilter.from_query(request.query)
-    rows, cursor = await asyncio.to_thread(find_calls, request.app[ENGINE], f)
-    checked = " checked" if f.flagged else ""
-    form = f"""<form method="get" action="/console" class="filters">
-<label>Number ends in <input name="number" value="{e(f.number)}" inputmode="numeric"
+def _filter_form(query: Mapping[str, str]) -> str:
+    """The list's filters, holding what the request asked for (as typed, so a refused value
+    can be corrected)."""
+
+    def v(name: str) -> str:
+        return e(query.get(name, ""))
+
+    checked = " checked" if query.get("flagged", "").lower() in q.TRUE else ""
+    return f"""<form method="get" action="/console" class="filters">
+<label>Number ends in <input name="number" value="{v("number")}" inputmode="numeric"
  size="8"></label>
-<label>Consumer <input name="name" value="{e(f.name)}" size="14"></label>
-<label>Disposition <input name="disposition" value="{e(f.disposition)}" list="dispositions"
+<label>Consumer <input name="name" value="{v("name")}" size="14"></label>
+<label>Disposition <input name="disposition" value="{v("disposition")}" list="dispositions"
  size="16"></label><datalist id="dispositions">{_options(DISPOSITIONS)}</datalist>
-<label>Transport <input name="transport" value="{e(f.transport)}" size="8"></label>
-<label>From <input type="date" name="from" value="{e(f.date_from or "")}"></label>
-<label>To <input type="date" name="to" value="{e(f.date_to or "")}"></label>
+<label>Campaign <input name="campaign" value="{v("campaign")}" size="14"></label>
+<label>Transport <input name="transport" value="{v("transport")}" size="8"></label>
+<label>From <input type="date" name="from" value="{v("from")}"></label>
+<label>To <input type="date" name="to" value="{v("to")}"></label>
 <label><input type="checkbox" name="flagged" value="1"{checked}> compliance flag</label>
 <button type="submit">Filter</button> <a href="/console">Clear</a>
 </form>"""
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def call_list(request: web.Request) -> web.StreamResponse:
+    form = _filter_form(request.query)
+    try:
+        f = CallFilter.from_query(request.query)
+    except QueryError as exc:
+        note = f'<p class="flag" role="alert">{e(exc)}</p>'
+        return page(request, "Calls", f"<h1>Calls</h1>{form}{note}", status=400)
+    rows, cursor = await asyncio.to_thread(find_calls, request.app[ENGINE], f)
     pager = []
     if f.before:
         pager.append(f'<a href="/console?{e(f.query_string())}">« Newest</a>')
@@ -366,7 +502,7 @@ async def call_list(request: web.Request) -> web.StreamResponse:
         pager.append(f'<a rel="next" class="older" href="/console?{e(older)}">Older »</a>')
     nav = f'<p class="pager">{" ".join(pager)}</p>' if pager else ""
     body = f"<h1>Calls</h1>{form}{_call_table(rows)}{nav}"
-    return _page(request, "Calls", body)
+    return page(request, "Calls", body)
 
 
 # -- one call --------------------------------------------------------------------
@@ -384,7 +520,7 @@ class CallView:
     ledger: Ledger | None
 
 
-def _load_call(engine: Engine, call_id: str, at: dt.datetime) -> CallView:
+def load_call(engine: Engine, call_id: str, at: dt.datetime) -> CallView:
     with Session(engine, expire_on_commit=False) as session:
         call = session.scalar(
             select(Call)
@@ -401,17 +537,28 @@ def _load_call(engine: Engine, call_id: str, at: dt.datetime) -> CallView:
             consumer = debt.consumer if debt is not None else None
             if debt is not None:
                 ledger = contact_ledger(session, debt.id, at)
-        number = session.scalar(
-            select(ContactAttempt.number)
-            .where(ContactAttempt.call_id == call_id)
-            .order_by(ContactAttempt.id)
-            .limit(1)
-        )
+        number = call.number
         promises = list(
             session.scalars(select(Promise).where(Promise.call_id == call_id).order_by(Promise.id))
         )
         session.expunge_all()
     return CallView(call, consumer, number, promises, ledger)
+
+
+def _player(call: Call) -> str:
+    """The stereo recording (caller left, agent right), streamed with range requests."""
+    if call.recording_uri is None:
+        why = (
+            "The consumer objected to recording."
+            if any(event.kind == "recording_stopped" for event in call.events)
+            else "No recording was kept of this call."
+        )
+        return f'<p class="empty">{e(why)}</p>'
+    return (
+        f'<audio controls preload="metadata" src="/api/calls/{e(call.id)}/recording"></audio>'
+        '<p class="note">Left: the caller; right: the agent. Card numbers and the payment '
+        "step are silence (C11).</p>"
+    )
 
 
 def _ledger(ledger: Ledger | None) -> str:
@@ -420,11 +567,11 @@ def _ledger(ledger: Ledger | None) -> str:
     if ledger.next_allowed_at is None:
         next_call = "none of the consumer's numbers may be called"
     else:
-        next_call = _when(ledger.next_allowed_at)
+        next_call = when(ledger.next_allowed_at)
     items = [
         ("Attempts in 7 days", f"{ledger.attempts_used_7d} of {ledger.limit}"),
         ("Next allowed call", next_call),
-        ("Last conversation", _when(ledger.last_conversation_at)),
+        ("Last conversation", when(ledger.last_conversation_at)),
     ]
     cells = "".join(f"<div><dt>{e(k)}</dt><dd>{e(v)}</dd></div>" for k, v in items)
     return f'<dl class="header">{cells}</dl>'
@@ -432,10 +579,10 @@ def _ledger(ledger: Ledger | None) -> str:
 
 def _header(call: Call, consumer: Consumer | None, number: str | None) -> str:
     items = [
-        ("When", _when(call.started_at)),
+        ("When", when(call.started_at)),
         ("Transport", call.transport),
         ("Direction", call.direction),
-        ("Number", _number(number)),
+        ("Number", masked_number(number)),
         ("Consumer", consumer.name if consumer else ""),
         ("Party", call.party or ""),
         ("Disposition", call.disposition or ""),
@@ -546,13 +693,13 @@ def _promises(promises: list[Any]) -> str:
 async def call_detail(request: web.Request) -> web.StreamResponse:
     call_id = request.match_info["call_id"]
     try:
-        view = await asyncio.to_thread(_load_call, request.app[ENGINE], call_id, now(request.app))
+        view = await asyncio.to_thread(load_call, request.app[ENGINE], call_id, now(request.app))
     except LookupError:
         body = (
             f"<h1>No such call</h1><p>There is no call {e(call_id)}.</p>"
             '<p><a href="/console">Back to the calls</a></p>'
         )
-        return _page(request, "No such call", body, status=404)
+        return page(request, "No such call", body, status=404)
     call = view.call
     await audit(request, "view_call", call.id)
     body = (
@@ -561,12 +708,13 @@ async def call_detail(request: web.Request) -> web.StreamResponse:
         f'<section id="promise"><h2>Promise</h2>{_promises(view.promises)}</section>'
         f'<section id="ledger"><h2>Contact ledger (pre-dial gate)</h2>{_ledger(view.ledger)}'
         "</section>"
+        f'<section id="recording"><h2>Recording</h2>{_player(call)}</section>'
         f'<div class="columns"><section id="transcript"><h2>Transcript</h2>'
         f"{_transcript(call)}</section>"
         f'<section id="timeline"><h2>Compliance timeline</h2>{_timeline(call)}</section></div>'
         f'<section id="latency"><h2>Latency per turn</h2>{_waterfall(call)}</section>'
     )
-    return _page(request, f"Call {call.id}", body)
+    return page(request, f"Call {call.id}", body)
 
 
 # -- queues ----------------------------------------------------------------------
@@ -604,7 +752,7 @@ def load_queues(engine: Engine, today: dt.date, limit: int = PAGE_SIZE) -> Queue
                 .order_by(CallEvent.at.desc())
                 .limit(1)
             )
-            day = _date(str(wanted.get("date"))) if isinstance(wanted, dict) else None
+            day = _stored_day(wanted.get("date")) if isinstance(wanted, dict) else None
             if day is not None and day > today:
                 continue
             if row.debt_id is not None and session.scalar(
@@ -640,8 +788,8 @@ def _callback_table(items: list[QueueItem]) -> str:
         return '<p class="empty">No callbacks due.</p>'
     rows = "".join(
         f'<tr data-call="{e(i.row.id)}"><td><a href="/console/calls/{e(i.row.id)}">'
-        f"{e(_when(i.row.started_at))}</a></td><td>{e(i.row.consumer)}</td>"
-        f"<td>{e(_number(i.row.number))}</td><td>{e(i.note)}</td></tr>"
+        f"{e(when(i.row.started_at))}</a></td><td>{e(i.row.consumer)}</td>"
+        f"<td>{e(masked_number(i.row.number))}</td><td>{e(i.note)}</td></tr>"
         for i in items
     )
     return (
@@ -683,4 +831,4 @@ async def queues(request: web.Request) -> web.StreamResponse:
         "date has passed (and those already marked broken), not checked against payments.</p>"
         f"{_broken_table(q.broken, today)}</section>"
     )
-    return _page(request, "Queues", body)
+    return page(request, "Queues", body)

@@ -89,8 +89,10 @@ class Users:
         # password: the response time does not tell which usernames exist.
         self._decoy_hash = self._hasher.hash(secrets.token_urlsafe(16))
 
-    def add(self, username: str, password: str, role: str) -> Account:
-        """Create an account; ``UserError`` for a bad name or role, a weak password, a duplicate."""
+    def add(self, username: str, password: str, role: str, by: int | None = None) -> Account:
+        """Create an account; ``UserError`` for a bad name or role, a weak password, a duplicate.
+
+        ``by``: the admin doing it (the audit log's user); None: the command line."""
         name = normalise_username(username)
         checked_role = parse_role(role)
         check_password(password, name)
@@ -108,15 +110,15 @@ class Users:
                 )
                 session.add(user)
                 session.flush()
-                session.add(_by_command_line(now, "user_add", user))
+                session.add(_change(now, "user_add", user, by))
                 account = account_of(user)
         except IntegrityError:  # added by someone else between the check and the insert
             raise UserError(f"user {name!r} already exists") from None
         logger.info("added user %s (%s)", name, checked_role.value)
         return account
 
-    def disable(self, username: str) -> Account:
-        """Disable an account and end its sessions at once."""
+    def disable(self, username: str, by: int | None = None) -> Account:
+        """Disable an account and end its sessions at once (``by``: as for ``add``)."""
         name = normalise_username(username)
         now = dt.datetime.now(dt.UTC)
         with Session(self._engine) as session, session.begin():
@@ -125,7 +127,9 @@ class Users:
                 raise UserError(f"no user {name!r}")
             user.disabled = True
             session.execute(delete(UserSession).where(UserSession.user_id == user.id))
-            session.add(_by_command_line(now, "user_disable", user))
+            if by == user.id:
+                raise UserError("you cannot disable your own account")
+            session.add(_change(now, "user_disable", user, by))
             account = account_of(user)
         logger.info("disabled user %s", name)
         return account
@@ -179,6 +183,6 @@ def account_of(user: User) -> Account:
     )
 
 
-def _by_command_line(at: dt.datetime, action: str, user: User) -> AuditEntry:
-    """An audit entry for an account change; ``user_id`` None: done at the command line."""
-    return AuditEntry(at=at, user_id=None, action=action, object_id=str(user.id), ip=None)
+def _change(at: dt.datetime, action: str, user: User, by: int | None) -> AuditEntry:
+    """An audit entry for an account change by ``by``; None: done at the command line."""
+    return AuditEntry(at=at, user_id=by, action=action, object_id=str(user.id), ip=None)

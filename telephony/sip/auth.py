@@ -83,6 +83,12 @@ def authorization(challenge: str, *, username: str, password: str, method: str, 
     return "Digest " + ", ".join(parts)
 
 
+def _same(expected: str, given: str) -> bool:
+    """A constant-time comparison that also takes non-ASCII text from the wire (as bytes:
+    ``hmac.compare_digest`` raises TypeError on a non-ASCII ``str``)."""
+    return hmac.compare_digest(expected.encode(), given.encode())
+
+
 class DigestChallenger:
     """Challenges requests (401) and checks their credentials against ``users``."""
 
@@ -105,7 +111,7 @@ class DigestChallenger:
 
     def _nonce_age(self, nonce: str) -> float | None:
         stamp_full, _, signature = nonce.rpartition(".")
-        if not hmac.compare_digest(self._sign(stamp_full), signature):
+        if not _same(self._sign(stamp_full), signature):
             return None
         try:
             return time.time() - float(stamp_full)
@@ -127,9 +133,11 @@ class DigestChallenger:
             return "denied"
         if params.get("algorithm", "MD5").upper() != "MD5" or "uri" not in params:
             return "denied"
+        # Our challenge offers qop=auth, so a client MUST answer with it (RFC 2617 3.2.2);
+        # without it nothing counts nc, and a captured answer would replay until the nonce ages.
         qop = params.get("qop")
         nc = params.get("nc", "")
-        if qop not in (None, "auth") or (qop and not re.fullmatch(r"[0-9a-fA-F]{8}", nc)):
+        if qop != "auth" or not re.fullmatch(r"[0-9a-fA-F]{8}", nc):
             return "denied"
         expected = digest_response(
             params,
@@ -138,20 +146,17 @@ class DigestChallenger:
             method=method,
             uri=params["uri"],
             cnonce=params.get("cnonce"),
-            nc=nc or None,
+            nc=nc,
         )
-        if not hmac.compare_digest(expected, params.get("response", "")):
+        if not _same(expected, params.get("response", "")):
             return "denied"
         if age > self.nonce_ttl:
             return "stale"
-        if qop:
-            count = int(nc, 16)
-            self._seen_nc = {
-                n: c
-                for n, c in self._seen_nc.items()
-                if (self._nonce_age(n) or 1e9) <= self.nonce_ttl
-            }
-            if count <= self._seen_nc.get(nonce, 0):
-                return "denied"
-            self._seen_nc[nonce] = count
+        count = int(nc, 16)
+        self._seen_nc = {
+            n: c for n, c in self._seen_nc.items() if (self._nonce_age(n) or 1e9) <= self.nonce_ttl
+        }
+        if count <= self._seen_nc.get(nonce, 0):
+            return "denied"
+        self._seen_nc[nonce] = count
         return "ok"

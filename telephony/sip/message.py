@@ -1,7 +1,10 @@
 """SIP messages (RFC 3261 §7): a strict parser with size limits, and serialisation.
 
-The parser refuses what it cannot read safely, raising :class:`SipParseError`; when the start
-line was a request it keeps the headers it could read, so the endpoint can still answer 400.
+The parser refuses what it cannot read safely, raising :class:`SipParseError` (and nothing
+else, whatever the bytes: tests/test_fuzz.py holds it to that); when the start line was a
+request it keeps the headers it could read, so the endpoint can still answer 400. Numbers are
+ASCII digits of bounded length, and control characters (bar tab) are refused in the start line
+and the headers, so nothing downstream (logs, the call ledger) sees a NUL or a bare CR.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ _TOKEN = re.compile(r"^[A-Za-z0-9.!%*_+`'~-]+$")
 _REQUEST_LINE = re.compile(r"^([A-Za-z0-9.!%*_+`'~-]+) (\S+) SIP/2\.0$")
 _STATUS_LINE = re.compile(r"^SIP/2\.0 ([1-6]\d\d) (.*)$")
 _VIA = re.compile(r"^SIP/2\.0/([A-Za-z]+)\s+([^;\s]+)\s*(.*)$", re.S)
+#: What RFC 3261's grammar has no room for in a start line or a header: C0 controls but HTAB, DEL.
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_NUMBER = re.compile(r"[0-9]{1,10}")
 
 REASONS = {
     100: "Trying",
@@ -104,6 +110,12 @@ class SipParseError(ValueError):
         super().__init__(message)
         self.partial = partial
         self.status = status
+
+
+def _number(text: str) -> int | None:
+    """A header's decimal number: ASCII digits only (``str.isdigit`` takes "\u00b2", which
+    ``int`` refuses) and at most ten of them (``int`` refuses over 4,300)."""
+    return int(text) if _NUMBER.fullmatch(text) else None
 
 
 def canonical(name: str) -> str:
@@ -278,9 +290,10 @@ def split_host_port(text: str) -> tuple[str, int | None]:
         raise SipParseError(f"missing host in {text!r}")
     if not port_text:
         return host, None
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    port = _number(port_text)
+    if port is None or not 0 < port < 65536:
         raise SipParseError(f"bad port in {text!r}")
-    return host, int(port_text)
+    return host, port
 
 
 def uri_host_port(uri: str) -> tuple[str, int]:
@@ -328,6 +341,8 @@ def parse(data: bytes) -> SipRequest | SipResponse:
         raise SipParseError("empty message")
     start = lines[0]
     message: SipRequest | SipResponse
+    if _CONTROL.search(start):
+        raise SipParseError(f"control character in the start line: {start[:80]!r}")
     if status_match := _STATUS_LINE.match(start):
         message = SipResponse(status=int(status_match.group(1)), reason=status_match.group(2))
     elif request_match := _REQUEST_LINE.match(start):
@@ -356,6 +371,9 @@ def _read_headers(lines: list[str], headers: Headers) -> list[str]:
         if len(line) > MAX_HEADER_LINE:
             errors.append("header line too long")
             continue
+        if _CONTROL.search(line):
+            errors.append(f"control character in a header line: {line[:80]!r}")
+            continue
         name, sep, value = line.partition(":")
         name = name.strip()
         if not sep or not _TOKEN.match(name):
@@ -363,10 +381,15 @@ def _read_headers(lines: list[str], headers: Headers) -> list[str]:
             continue
         value = value.strip()
         if canonical(name) in ("Via", "Contact", "Route", "Record-Route", "Allow", "Supported"):
-            for item in _split_commas(value):  # RFC 3261 §7.3.1: comma-joined values
-                headers.add(name, item)
+            items = _split_commas(value)  # RFC 3261 §7.3.1: comma-joined values
         else:
-            headers.add(name, value)
+            items = [value]
+        for item in items:
+            # Each comma-joined value counts: a datagram of thousands of Vias would come back
+            # as thousands of lines in our 400 (to a source address anyone can forge).
+            if len(headers) == MAX_HEADERS:
+                return [f"more than {MAX_HEADERS} headers"]
+            headers.add(name, item)
     return errors
 
 
@@ -396,8 +419,9 @@ def _check(message: SipRequest | SipResponse, body: bytes, partial: SipRequest |
         if name not in headers:
             raise SipParseError(f"missing {name} header", partial)
     cseq = (headers.get("CSeq") or "").split()
-    if len(cseq) != 2 or not cseq[0].isdigit() or int(cseq[0]) >= 2**31:
-        raise SipParseError(f"malformed CSeq: {headers.get('CSeq')!r}", partial)
+    number = _number(cseq[0]) if len(cseq) == 2 else None
+    if number is None or number >= 2**31:
+        raise SipParseError(f"malformed CSeq: {(headers.get('CSeq') or '')[:40]!r}", partial)
     if isinstance(message, SipRequest) and cseq[1] != message.method:
         raise SipParseError("CSeq method does not match the request method", partial)
     for via in headers.get_all("Via"):
@@ -405,21 +429,24 @@ def _check(message: SipRequest | SipResponse, body: bytes, partial: SipRequest |
             Via.parse(via)
         except SipParseError as exc:
             raise SipParseError(str(exc), partial) from exc
-    for name in ("From", "To"):
+    # The addresses a dialog is made of (dialog.py reads them): From, To, Contact, Record-Route.
+    addresses = [headers.get("From") or "", headers.get("To") or ""]
+    for value in addresses + headers.get_all("Contact") + headers.get_all("Record-Route"):
         try:
-            NameAddr.parse(headers.get(name) or "")
+            NameAddr.parse(value)
         except SipParseError as exc:
             raise SipParseError(str(exc), partial) from exc
     max_forwards = headers.get("Max-Forwards")
-    if max_forwards is not None and not max_forwards.isdigit():
-        raise SipParseError(f"malformed Max-Forwards: {max_forwards!r}", partial)
-    length = headers.get("Content-Length")
-    if length is not None:
-        if not length.isdigit():
-            raise SipParseError(f"malformed Content-Length: {length!r}", partial)
-        if int(length) > len(body):
+    if max_forwards is not None and _number(max_forwards) is None:
+        raise SipParseError(f"malformed Max-Forwards: {max_forwards[:20]!r}", partial)
+    length_text = headers.get("Content-Length")
+    if length_text is not None:
+        length = _number(length_text)
+        if length is None:
+            raise SipParseError(f"malformed Content-Length: {length_text[:20]!r}", partial)
+        if length > len(body):
             raise SipParseError("body shorter than Content-Length", partial)
-        body = body[: int(length)]
+        body = body[:length]
     message.body = body
 
 

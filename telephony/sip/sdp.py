@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import secrets
 from dataclasses import dataclass, field
 
@@ -9,6 +11,8 @@ STATIC = {0: "PCMU", 8: "PCMA"}
 DIRECTIONS = ("sendrecv", "sendonly", "recvonly", "inactive")
 MIRROR = {"sendrecv": "sendrecv", "sendonly": "recvonly", "recvonly": "sendonly"}
 MIRROR["inactive"] = "inactive"
+#: A port or payload type: ASCII digits, few of them (``str.isdigit`` takes "\u00b2").
+_NUMBER = re.compile(r"[0-9]{1,5}")
 
 
 class SdpError(ValueError):
@@ -39,12 +43,16 @@ class Offer:
 
 
 def parse(body: bytes) -> Offer:
-    """Read the first ``m=audio`` of an SDP body."""
+    """Read the first usable ``m=audio`` of an SDP body; SdpError (and only that) otherwise.
+
+    Other media sections (video, an audio stream refused with port 0) are skipped with their
+    c= and a= lines, so they change nothing of the session's or the audio's address."""
     try:
         lines = body.decode("utf-8").replace("\r\n", "\n").split("\n")
     except UnicodeDecodeError as exc:
         raise SdpError("SDP is not UTF-8") from exc
     session_ip, offer, direction = None, None, "sendrecv"
+    skipping = False  # inside a media section that is not our audio stream
     for line in lines:
         if len(line) < 2 or line[1] != "=":
             continue
@@ -53,12 +61,19 @@ def parse(body: bytes) -> Offer:
             if offer is not None:
                 break
             parts = value.split()
-            if len(parts) < 4 or parts[0] != "audio" or not parts[1].isdigit():
+            skipping = True
+            if len(parts) < 4 or parts[0] != "audio" or not _NUMBER.fullmatch(parts[1]):
                 continue
-            if not all(p.isdigit() for p in parts[3:]):
-                raise SdpError(f"bad formats in m= line: {value!r}")
-            offer = Offer(session_ip or "", int(parts[1]), [int(p) for p in parts[3:]])
+            port = int(parts[1])
+            if port == 0:
+                continue  # RFC 3264 6: a refused stream
+            if port > 65535 or not all(_NUMBER.fullmatch(p) and int(p) < 128 for p in parts[3:]):
+                raise SdpError(f"bad port or formats in m= line: {value[:80]!r}")
+            offer = Offer(session_ip or "", port, [int(p) for p in parts[3:]])
             offer.direction = direction
+            skipping = False
+        elif skipping:
+            continue
         elif kind == "c":
             parts = value.split()
             if len(parts) != 3:
@@ -76,12 +91,16 @@ def parse(body: bytes) -> Offer:
                     offer.direction = name
             elif name == "rtpmap" and offer is not None:
                 pt, _, encoding = rest.partition(" ")
-                if pt.isdigit():
+                if _NUMBER.fullmatch(pt):
                     offer.rtpmap[int(pt)] = encoding.strip()
     if offer is None:
         raise SdpError("no audio stream in SDP")
     if not offer.ip:
         raise SdpError("no connection address in SDP")
+    try:
+        ipaddress.ip_address(offer.ip)  # the RTP session sends to an address, resolves no name
+    except ValueError:
+        raise SdpError(f"connection address is not an IP address: {offer.ip[:80]!r}") from None
     if offer.ip == "0.0.0.0" and offer.direction == "sendrecv":
         offer.direction = "sendonly"  # RFC 2543 hold
     return offer

@@ -186,7 +186,12 @@ class ClientTransaction:
 
 
 class TransactionLayer(asyncio.DatagramProtocol):
-    """The UDP socket and the transaction tables; see the module docstring."""
+    """The UDP socket and the transaction tables; see the module docstring.
+
+    ``accept(source)`` is asked before each new server transaction (not for retransmissions,
+    which the transaction absorbs, nor for ACKs): False answers a stateless 503 with
+    Retry-After and keeps nothing, so a flood costs no memory (the endpoint's rate limit).
+    """
 
     def __init__(
         self,
@@ -257,8 +262,6 @@ class TransactionLayer(asyncio.DatagramProtocol):
             else:
                 self.on_stray(message, source)
             return
-        if self.accept is not None and not self.accept(source):
-            return
         via = message.top_via()
         method = "INVITE" if message.method == "ACK" else message.method
         existing = self.server.get((via.branch, via.sent_by, method))
@@ -268,6 +271,9 @@ class TransactionLayer(asyncio.DatagramProtocol):
                 return
         if message.method == "ACK":
             self.on_stray(message, source)
+            return
+        if self.accept is not None and not self.accept(source):
+            self.send(make_response(message, 503, headers=[("Retry-After", "1")]), source)
             return
         transaction = ServerTransaction(self, message, source)
         self.server[transaction.key] = transaction

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from pipecat.transports.base_transport import BaseTransport
 
-from telephony.line import CallInfo, LineError
+from telephony.line import CallInfo, LineBusy, LineError
 from telephony.sip import sdp
 from telephony.sip.auth import AuthError, DigestChallenger, authorization
 from telephony.sip.dialog import Dialog
@@ -85,23 +85,30 @@ class DialResult:
 
 
 class RateLimiter:
-    """A token bucket per source address for new requests."""
+    """A token bucket per source address for new requests: ``burst`` at once, then ``rate``
+    a second. It keeps at most ``max_sources`` buckets: when full, the refilled ones (sources
+    gone quiet, the same as no bucket) are dropped, and if every one is still draining (a
+    spoofed flood from everywhere, which no per-source limit stops) all are."""
 
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
+    def __init__(self, rate: float, burst: float, max_sources: int = 10_000) -> None:
+        self.rate, self.burst, self.max_sources = rate, burst, max_sources
         self._buckets: dict[str, tuple[float, float]] = {}
 
     def allow(self, source: str) -> bool:
         now = time.monotonic()
         tokens, last = self._buckets.get(source, (self.burst, now))
         tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if len(self._buckets) > 10_000:
-            self._buckets.clear()
-        if tokens < 1:
-            self._buckets[source] = (tokens, now)
-            return False
-        self._buckets[source] = (tokens - 1, now)
-        return True
+        if source not in self._buckets and len(self._buckets) >= self.max_sources:
+            self._buckets = {
+                s: (t, at)
+                for s, (t, at) in self._buckets.items()
+                if t + (now - at) * self.rate < self.burst
+            }
+            if len(self._buckets) >= self.max_sources:
+                self._buckets.clear()
+        allowed = tokens >= 1
+        self._buckets[source] = (tokens - 1 if allowed else tokens, now)
+        return allowed
 
 
 class SipCall:
@@ -360,7 +367,12 @@ class SipEndpoint:
         """Bind the UDP socket (port 0 picks a free one; ``self.port`` then holds it)."""
         self.loop = asyncio.get_running_loop()
         _, protocol = await self.loop.create_datagram_endpoint(
-            lambda: TransactionLayer(self._on_request, self._on_stray, self.timers),
+            lambda: TransactionLayer(
+                self._on_request,
+                self._on_stray,
+                self.timers,
+                accept=lambda source: self.limiter.allow(source[0]),  # before any state
+            ),
             local_addr=(self.host, self.port),
         )
         self._layer = protocol
@@ -398,10 +410,7 @@ class SipEndpoint:
     # -- inbound --------------------------------------------------------------------------
 
     def _on_request(self, txn: ServerTransaction) -> None:
-        request, source = txn.request, txn.source
-        if not self.limiter.allow(source[0]):
-            txn.respond(make_response(request, 503, headers=[("Retry-After", "1")]))
-            return
+        request = txn.request
         call = self.calls.get(request.call_id)
         to_tag = NameAddr.parse(request.headers.get("To") or "").tag
         if request.method == "CANCEL":
@@ -469,8 +478,14 @@ class SipEndpoint:
                 )
             )
             return
-        session = await self.media(self.host)
         dialog = Dialog.as_uas(request, new_tag())
+        try:
+            dialog.destination()  # where our BYE will go: a sip: URI (Contact or Record-Route)
+        except ValueError as exc:
+            warning = ("Warning", f'399 - "cannot reach the caller: {str(exc)[:100]}"')
+            txn.respond(make_response(request, 400, to_tag=dialog.local_tag, headers=[warning]))
+            return
+        session = await self.media(self.host)
         info = CallInfo(
             path="sip",
             direction="inbound",
@@ -492,6 +507,12 @@ class SipEndpoint:
         )
         try:
             await self.on_call(call)
+        except LineBusy as exc:
+            log.info("INVITE %s refused: %s", request.call_id, exc)
+            if call.state == "ringing":
+                retry = ("Retry-After", str(LineBusy.retry_after_s))
+                txn.respond(make_response(request, 503, to_tag=dialog.local_tag, headers=[retry]))
+                await call._end("busy")
         except Exception:
             log.exception("on_call failed for %s", request.call_id)
             if call.state == "ringing":

@@ -1,0 +1,648 @@
+"""Call recordings: one stereo WAV per call (caller left, agent right), stored and played back.
+
+Two taps in the call's pipeline feed one ``CallRecorder``. ``caller_side`` sits right after
+the policy processor: it sees the caller's audio, the end of each caller turn (the user
+aggregator's ``LLMContextUserTurnFrame``) and then the policy's answer to that turn, in the
+order the policy handled them. ``agent_side`` sits after the output transport: it sees the
+agent's audio as it is played. Each channel is placed on one wall clock, so the two stay
+aligned (within ``SLACK_S``) across the agent's silences, a muted line or a stalled TTS.
+
+What the recording may hold is the policy's call, never a second guess:
+
+- Card digits (DOMAIN C11). The policy notes ``card_number_spoken`` only once the turn's
+  transcript is in, so the caller's audio is held in memory until the policy has judged the
+  turn it belongs to: on its answer, the held audio is kept, or written as silence when the
+  policy noted a card number (``recording_redacted``). The answer always follows the turn's
+  end in the tap (the policy handles both, in order, on one task), and the turn's audio
+  always precedes it (audio frames overtake data frames, never the reverse). Audio the
+  policy never judged (what the caller said after their last turn, when the call ends) is
+  silence too.
+- The payment step (C11). The policy's commitment stage is where it asks for the date and
+  the method ("debit card, bank transfer or check"), the moment a consumer is most likely to
+  read a card out. Both channels are silence from the policy's answer that enters the stage
+  (``recording_paused``) to its answer that leaves it (``recording_resumed``): the promise
+  confirmed with the secure payment link, or an exit. So the turn that named the method is
+  never kept, while the confirmation of the promise, evidence that holds no digits, is.
+- An objection (C2). On ``recording_objection`` the recording stops for good and nothing is
+  kept: the buffers are dropped and the partial file deleted (``recording_stopped``).
+
+A call without a policy (a developer's bare pipeline) is not recorded: nothing would judge
+what the caller said.
+
+Where recordings go is ``RECORDING_STORE``: a directory (the file is written under a hidden
+temporary name and renamed when complete, so a crash never leaves half a recording under the
+final name) or ``s3://bucket/prefix`` (boto3, off the event loop; ``S3_ENDPOINT_URL`` for an
+S3-compatible store). ``GET /api/calls/{id}/recording`` serves it to the console with HTTP
+range requests, so the page's audio element can seek; each playing (the request for the
+file's start) is in the audit log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import tempfile
+import threading
+import time
+import wave
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+import numpy as np
+from aiohttp import hdrs, web
+from pipecat.audio.utils import create_stream_resampler
+from pipecat.frames.frames import (
+    AudioRawFrame,
+    EndWorkerFrame,
+    Frame,
+    InputAudioRawFrame,
+    LLMContextFrame,
+    LLMContextUserTurnFrame,
+    LLMFullResponseStartFrame,
+    OutputAudioRawFrame,
+)
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from agent.config import Settings
+from agent.console.audit import audit
+from agent.console.auth import require_role
+from agent.console.context import ENGINE
+from agent.models import Call as CallRow
+from agent.models import Role
+from agent.policy import ConversationPolicy, PolicyEvent, Stage
+
+logger = logging.getLogger(__name__)
+
+#: How far a channel may fall behind the wall clock before the gap is filled with silence:
+#: above frame jitter, so a voice is never cut up, well under a syllable of misalignment.
+SLACK_S = 0.1
+#: What the policy pushes, and only it, when it answers a caller turn (its reply, the
+#: LLM's phrasing request, the end of the call).
+ANSWERS = (LLMFullResponseStartFrame, LLMContextFrame, EndWorkerFrame)
+CONTENT_TYPE = "audio/wav"
+CHUNK_BYTES = 64 * 1024
+
+EventSink = Callable[[PolicyEvent], None]
+Clock = Callable[[], float]
+
+#: The disk work of every call's recording, one thread in order: never on the event loop.
+_DISK = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recordings")
+
+
+class RecordingError(RuntimeError):
+    """A recording could not be written or stored; the call goes on without it."""
+
+
+# -- the two channels on one clock --------------------------------------------------------
+
+
+def interleave(left: bytes, right: bytes) -> bytes:
+    """Two mono 16-bit channels of equal length as one stereo stream."""
+    out = np.empty(len(left), dtype="<i2")
+    out[0::2] = np.frombuffer(left, dtype="<i2")
+    out[1::2] = np.frombuffer(right, dtype="<i2")
+    return out.tobytes()
+
+
+class StereoTimeline:
+    """The caller's and the agent's audio on one clock, and how much of it is final.
+
+    Positions are in samples since the first frame. A frame that starts a stretch (its
+    channel was idle) goes where the clock says; one that continues a stretch follows the
+    last without a gap unless the stretch has fallen ``slack_s`` behind (jitter is not
+    silence, a stall is). The caller's samples are held until ``release`` (the policy judged
+    them) and handed to ``write`` interleaved with the agent's, which are final as they
+    come. ``write`` gets whole stereo stretches, in order.
+    """
+
+    def __init__(self, rate: int, write: Callable[[bytes], None], slack_s: float = SLACK_S):
+        self.rate = rate
+        self._write = write
+        self._slack_s = slack_s
+        self._t0: float | None = None
+        #: When each channel's last frame came (its stretch goes on, or starts anew).
+        self._last: dict[str, float] = {}
+        #: Everything before this has been written.
+        self._kept = 0
+        self._held = bytearray()  # the caller's samples from _kept on
+        self._caller_end = 0
+        self._agent = bytearray()  # the agent's samples from _kept on
+        self._agent_end = 0
+        #: The end of the last caller turn not yet judged.
+        self._sealed: int | None = None
+        #: Both channels are written as silence while paused (the payment step).
+        self.paused = False
+
+    def seconds(self, position: int | None = None) -> float:
+        return round((self._caller_end if position is None else position) / self.rate, 3)
+
+    def _gap(self, channel: str, end: int, samples: int, now: float) -> int:
+        """The silence to put before a frame of ``samples`` that ended at ``now``."""
+        duration = samples / self.rate
+        if self._t0 is None:
+            self._t0 = now - duration
+        last, self._last[channel] = self._last.get(channel), now
+        gap = round((now - self._t0) * self.rate) - samples - end
+        goes_on = last is not None and now - last <= duration + self._slack_s
+        return gap if gap > 0 and (not goes_on or gap > self._slack_s * self.rate) else 0
+
+    def caller(self, pcm: bytes, now: float) -> None:
+        samples = len(pcm) // 2
+        gap = self._gap("caller", self._caller_end, samples, now)
+        self._held += bytes(2 * (gap + samples)) if self.paused else bytes(2 * gap) + pcm
+        self._caller_end += gap + samples
+
+    def agent(self, pcm: bytes, now: float) -> None:
+        samples = len(pcm) // 2
+        gap = self._gap("agent", self._agent_end, samples, now)
+        self._agent += bytes(2 * (gap + samples)) if self.paused else bytes(2 * gap) + pcm
+        self._agent_end += gap + samples
+
+    def seal(self) -> None:
+        """A caller turn ended here: what came before waits for the policy's judgement."""
+        self._sealed = self._caller_end
+
+    @property
+    def awaiting_judgement(self) -> bool:
+        return self._sealed is not None
+
+    def silence_held(self) -> tuple[float, float] | None:
+        """Turn all the caller audio not yet written into silence; the span it covered."""
+        if not self._held:
+            return None
+        self._held = bytearray(len(self._held))
+        return self.seconds(self._kept), self.seconds()
+
+    def release(self) -> None:
+        """The policy judged the turns sealed so far: write them out."""
+        if self._sealed is not None:
+            self._write_until(self._sealed)
+            self._sealed = None
+
+    def finish(self) -> None:
+        """Write everything; caller audio no one judged is silence (C11 fails closed)."""
+        self.silence_held()
+        end = max(self._caller_end, self._agent_end)
+        self._held += bytes(2 * (end - self._caller_end))
+        self._caller_end = end
+        self._write_until(end)
+
+    def _write_until(self, position: int) -> None:
+        samples = position - self._kept
+        if samples <= 0:
+            return
+        if self._agent_end < position:
+            self._agent += bytes(2 * (position - self._agent_end))
+            self._agent_end = position
+        caller, agent = bytes(self._held[: 2 * samples]), bytes(self._agent[: 2 * samples])
+        del self._held[: 2 * samples]
+        del self._agent[: 2 * samples]
+        self._kept = position
+        self._write(interleave(caller, agent))
+
+
+# -- the file while the call goes on ------------------------------------------------------
+
+
+class _Spool:
+    """The recording's WAV file while the call goes on; every method runs on ``_DISK``."""
+
+    def __init__(self, directory: Path, call_id: str, rate: int) -> None:
+        self._directory, self._call_id, self._rate = directory, call_id, rate
+        self.path: Path | None = None
+        self._file: Any = None
+        self._wav: wave.Wave_write | None = None
+        self.error: BaseException | None = None
+
+    def _guarded(self, work: Callable[[], None]) -> None:
+        if self.error is not None:
+            return
+        try:
+            work()
+        except Exception as e:  # kept for ``close``; the call must not notice
+            logger.exception("recording of call %s: disk write failed", self._call_id)
+            self.error = e
+
+    def write(self, frames: bytes) -> None:
+        self._guarded(lambda: self._writer().writeframesraw(frames))
+
+    def _writer(self) -> wave.Wave_write:
+        if self._wav is None:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(
+                dir=self._directory, prefix=f".{self._call_id}.", suffix=".wav.part"
+            )
+            self.path = Path(name)
+            self._file = os.fdopen(fd, "wb")
+            wav = wave.open(self._file, "wb")
+            wav.setnchannels(2)
+            wav.setsampwidth(2)
+            wav.setframerate(self._rate)
+            self._wav = wav
+        return self._wav
+
+    def close(self) -> Path:
+        """Finish the file (its header, on disk) and return where it is."""
+
+        def finish() -> None:
+            wav = self._writer()  # a call with no audio still leaves a valid, empty file
+            wav.close()  # writes the final header; the file object stays ours
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+        self._guarded(finish)
+        if self.error is not None:
+            self.discard()
+            raise RecordingError(f"the recording could not be written: {self.error}")
+        assert self.path is not None
+        return self.path
+
+    def discard(self) -> None:
+        """Delete whatever was written (the consumer objected, or writing failed)."""
+        wav, self._wav = self._wav, None
+        if wav is not None:
+            with contextlib.suppress(Exception):
+                wav.close()
+        if self._file is not None and not self._file.closed:
+            self._file.close()
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+        self.error = self.error or RecordingError("discarded")
+
+
+# -- the recorder in the pipeline ---------------------------------------------------------
+
+
+class _Tap(FrameProcessor):
+    """Shows each downstream frame to the recorder, then passes it on unchanged."""
+
+    def __init__(self, recorder: CallRecorder, side: str) -> None:
+        super().__init__(name=f"recording-{side}-{recorder.call_id[:8]}")
+        self._recorder = recorder
+        self._handle = recorder.on_caller_side if side == "caller" else recorder.on_agent_side
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction is FrameDirection.DOWNSTREAM:
+            try:
+                await self._handle(frame)
+            except Exception as e:
+                logger.exception(
+                    "call %s: recording failed; the call goes on", self._recorder.call_id
+                )
+                self._recorder.fail(e)
+        await self.push_frame(frame, direction)
+
+
+class CallRecorder:
+    """One call's recording: put ``caller_side`` after the policy processor and
+    ``agent_side`` after the output transport, then ``store()`` it when the call ends."""
+
+    def __init__(
+        self,
+        call_id: str,
+        store: RecordingStore,
+        policy: ConversationPolicy,
+        on_event: EventSink,
+        sample_rate: int,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.call_id = call_id
+        self._store = store
+        self._policy = policy
+        self._on_event = on_event
+        self._clock = clock
+        self._rate = sample_rate
+        self._spool = _Spool(store.spool_dir, call_id, sample_rate)
+        self._timeline = StereoTimeline(sample_rate, self._write)
+        self._seen = len(policy.events)
+        self._resamplers = {"caller": create_stream_resampler(), "agent": create_stream_resampler()}
+        #: The consumer objected: nothing is kept, nothing more recorded.
+        self.stopped = False
+        #: Why the recording broke off, if it did (it is then dropped, the call goes on).
+        self.failure: BaseException | None = None
+        self._dropped: Future[None] | None = None
+        self.caller_side: FrameProcessor = _Tap(self, "caller")
+        self.agent_side: FrameProcessor = _Tap(self, "agent")
+
+    @property
+    def active(self) -> bool:
+        return not self.stopped and self.failure is None
+
+    def _write(self, frames: bytes) -> None:
+        _DISK.submit(self._spool.write, frames)
+
+    def _event(self, kind: str, **detail: Any) -> None:
+        self._on_event(PolicyEvent(kind, detail, datetime.now(UTC)))
+
+    async def _mono(self, frame: AudioRawFrame, channel: str) -> bytes:
+        audio = frame.audio
+        if frame.num_channels > 1:
+            samples = np.frombuffer(audio, dtype="<i2").reshape(-1, frame.num_channels)
+            audio = samples.mean(axis=1).astype("<i2").tobytes()
+        return await self._resamplers[channel].resample(audio, frame.sample_rate, self._rate)
+
+    async def on_caller_side(self, frame: Frame) -> None:
+        if not self.active:
+            return
+        if isinstance(frame, InputAudioRawFrame):
+            pcm = await self._mono(frame, "caller")
+            self._timeline.caller(pcm, self._clock())
+        elif isinstance(frame, LLMContextUserTurnFrame):
+            self._timeline.seal()
+        elif isinstance(frame, ANSWERS):
+            self.judged()
+
+    async def on_agent_side(self, frame: Frame) -> None:
+        if self.active and isinstance(frame, OutputAudioRawFrame):
+            pcm = await self._mono(frame, "agent")
+            self._timeline.agent(pcm, self._clock())
+
+    def judged(self) -> None:
+        """The policy answered a caller turn: act on what it noted meanwhile."""
+        events = self._policy.events[self._seen :]
+        self._seen = len(self._policy.events)
+        kinds = {e.kind for e in events}
+        timeline = self._timeline
+        if "recording_objection" in kinds:
+            self._stop()
+            return
+        if "card_number_spoken" in kinds:
+            span = timeline.silence_held()
+            if span is not None:
+                self._event(
+                    "recording_redacted", reason="card_number", from_s=span[0], to_s=span[1]
+                )
+        timeline.release()
+        paying = self._policy.stage is Stage.COMMITMENT
+        if paying != timeline.paused:
+            timeline.paused = paying
+            if paying:
+                self._event("recording_paused", reason="payment_step", at_s=timeline.seconds())
+            else:
+                self._event("recording_resumed", at_s=timeline.seconds())
+
+    def _drop(self) -> None:
+        self._timeline = StereoTimeline(self._rate, lambda _: None)
+        self._dropped = _DISK.submit(self._spool.discard)
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self._drop()
+        self._event("recording_stopped", reason="consumer_objected")
+
+    def fail(self, error: BaseException) -> None:
+        """Give the recording up (the call goes on without one)."""
+        if self.failure is None:
+            self.failure = error
+            self._drop()
+
+    async def store(self) -> str | None:
+        """Finish the recording and store it; its URI, or None when nothing is kept.
+
+        Raises ``RecordingError`` (or the store's error) when it could not be stored."""
+        # An objection in the policy's last words counts even if its answer never came by.
+        if self.active and any(
+            e.kind == "recording_objection" for e in self._policy.events[self._seen :]
+        ):
+            self._stop()
+        if self._dropped is not None:
+            await asyncio.wrap_future(self._dropped)  # gone before the call is written down
+        if self.stopped:
+            return None
+        if self.failure is not None:
+            raise RecordingError(f"the recording broke off: {self.failure}")
+        self._timeline.finish()
+        spooled = await asyncio.wrap_future(_DISK.submit(self._spool.close))
+        try:
+            return await self._store.save(self.call_id, spooled)
+        finally:
+            await asyncio.to_thread(spooled.unlink, missing_ok=True)
+
+
+def recorder_for(
+    call_id: str,
+    settings: Settings,
+    policy: ConversationPolicy | None,
+    on_event: EventSink,
+    sample_rate: int,
+) -> CallRecorder | None:
+    """The call's recorder, or None: recording is off, or no policy judges the call."""
+    store = store_from_settings(settings)
+    if store is None or policy is None:
+        return None
+    return CallRecorder(call_id, store, policy, on_event, sample_rate)
+
+
+# -- where recordings are kept ------------------------------------------------------------
+
+
+class RecordingStore(ABC):
+    """Where finished recordings go, and how one is served back."""
+
+    @property
+    @abstractmethod
+    def spool_dir(self) -> Path:
+        """Where a recording is written while its call goes on."""
+
+    @abstractmethod
+    async def save(self, call_id: str, spooled: Path) -> str:
+        """Keep the finished WAV at ``spooled`` (which may be moved); return its URI."""
+
+    @abstractmethod
+    async def respond(self, request: web.Request, uri: str) -> web.StreamResponse:
+        """The recording at ``uri`` as the response, honouring the request's Range."""
+
+
+@dataclass(frozen=True)
+class FileStore(RecordingStore):
+    """A directory: ``<call id>.wav``, spooled in the same directory, renamed into place."""
+
+    directory: Path
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.directory
+
+    async def save(self, call_id: str, spooled: Path) -> str:
+        final = self.directory / f"{call_id}.wav"
+        await asyncio.to_thread(os.replace, spooled, final)  # atomic on one file system
+        return final.resolve().as_uri()
+
+    @staticmethod
+    def path_of(uri: str) -> Path:
+        return Path(url2pathname(urlsplit(uri).path))
+
+    async def respond(self, request: web.Request, uri: str) -> web.StreamResponse:
+        path = self.path_of(uri)
+        if not await asyncio.to_thread(path.is_file):
+            return _error(404, "the call's recording is missing from the store")
+        # aiohttp answers Range itself: 206 with Content-Range, 416 for a bad range.
+        return web.FileResponse(path, headers={hdrs.CONTENT_TYPE: CONTENT_TYPE})
+
+
+_clients: dict[str | None, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _s3_client(endpoint_url: str | None) -> Any:
+    """One boto3 client per endpoint (clients are thread-safe; making one is slow)."""
+    with _clients_lock:
+        client = _clients.get(endpoint_url)
+        if client is None:
+            import boto3
+
+            # Credentials and region from the standard AWS_* variables or files.
+            client = boto3.session.Session().client("s3", endpoint_url=endpoint_url)
+            _clients[endpoint_url] = client
+        return client
+
+
+@dataclass(frozen=True)
+class S3Store(RecordingStore):
+    """An S3 (or S3-compatible) bucket: ``s3://bucket/prefix/<call id>.wav``."""
+
+    bucket: str
+    prefix: str = ""
+    endpoint_url: str | None = None
+    spool: Path = field(default_factory=lambda: Path(tempfile.gettempdir()))
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.spool
+
+    @classmethod
+    def from_uri(cls, uri: str, endpoint_url: str | None) -> S3Store:
+        parts = urlsplit(uri)
+        return cls(parts.netloc, parts.path.strip("/"), endpoint_url)
+
+    def key(self, call_id: str) -> str:
+        return f"{self.prefix}/{call_id}.wav" if self.prefix else f"{call_id}.wav"
+
+    async def save(self, call_id: str, spooled: Path) -> str:
+        key = self.key(call_id)
+
+        def upload() -> None:
+            _s3_client(self.endpoint_url).upload_file(
+                str(spooled), self.bucket, key, ExtraArgs={"ContentType": CONTENT_TYPE}
+            )
+
+        await asyncio.to_thread(upload)
+        return f"s3://{self.bucket}/{key}"
+
+    async def respond(self, request: web.Request, uri: str) -> web.StreamResponse:
+        from botocore.exceptions import ClientError
+
+        parts = urlsplit(uri)
+        bucket, key = parts.netloc, parts.path.lstrip("/")
+        client = _s3_client(self.endpoint_url)
+        args: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        try:
+            try:
+                request.http_range  # noqa: B018 - refuse what aiohttp's FileResponse refuses
+            except ValueError:
+                head = await asyncio.to_thread(client.head_object, **args)
+                return _unsatisfiable(head["ContentLength"])
+            if hdrs.RANGE in request.headers:
+                args["Range"] = request.headers[hdrs.RANGE]
+            found = await asyncio.to_thread(client.get_object, **args)
+        except ClientError as e:
+            error = e.response.get("Error", {})
+            if error.get("Code") == "InvalidRange":
+                return _unsatisfiable(error.get("ActualObjectSize"))
+            if error.get("Code") in ("NoSuchKey", "NoSuchBucket", "404"):
+                return _error(404, "the call's recording is missing from the store")
+            raise
+        body = found["Body"]
+        headers = {
+            hdrs.CONTENT_TYPE: CONTENT_TYPE,
+            hdrs.ACCEPT_RANGES: "bytes",
+            hdrs.CONTENT_LENGTH: str(found["ContentLength"]),
+            hdrs.CACHE_CONTROL: "no-store",
+        }
+        if found.get("ContentRange"):
+            headers[hdrs.CONTENT_RANGE] = found["ContentRange"]
+        status = 206 if found.get("ContentRange") else 200
+        response = web.StreamResponse(status=status, headers=headers)
+        try:
+            await response.prepare(request)
+            if request.method != "HEAD":
+                while chunk := await asyncio.to_thread(body.read, CHUNK_BYTES):
+                    await response.write(chunk)
+            await response.write_eof()
+        finally:
+            body.close()
+        return response
+
+
+def store_from_settings(settings: Settings) -> RecordingStore | None:
+    """The store ``RECORDING_STORE`` names; None when recording is off."""
+    where = settings.recording_store
+    if not where:
+        return None
+    if where.startswith("s3://"):
+        return S3Store.from_uri(where, settings.s3_endpoint_url)
+    return FileStore(Path(where))
+
+
+def store_for_uri(uri: str, settings: Settings) -> RecordingStore:
+    """The store that holds ``uri``, whatever the store configured now."""
+    if uri.startswith("s3://"):
+        return S3Store.from_uri(uri, settings.s3_endpoint_url)
+    if uri.startswith("file:"):
+        return FileStore(FileStore.path_of(uri).parent)
+    raise RecordingError(f"a recording URI of an unknown kind: {uri[:40]!r}")
+
+
+# -- the console's route ------------------------------------------------------------------
+
+SETTINGS = web.AppKey("recording_settings", Settings)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+def _unsatisfiable(size: object) -> web.Response:
+    response = _error(416, "the requested range is not in the recording")
+    if size is not None:
+        response.headers[hdrs.CONTENT_RANGE] = f"bytes */{size}"
+    return response
+
+
+def _recording_uri(engine: Engine, call_id: str) -> str | None:
+    with Session(engine) as session:
+        return session.scalar(select(CallRow.recording_uri).where(CallRow.id == call_id))
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def play_recording(request: web.Request) -> web.StreamResponse:
+    """``GET /api/calls/{call_id}/recording``: the call's WAV, with range requests."""
+    call_id = request.match_info["call_id"]
+    uri = await asyncio.to_thread(_recording_uri, request.app[ENGINE], call_id)
+    if uri is None:
+        return _error(404, f"no recording of call {call_id!r}")
+    store = store_for_uri(uri, request.app[SETTINGS])
+    # A player asks for the file in several ranges as it plays and seeks: one playing is
+    # one entry, at its start (no range, or one from the first byte).
+    if request.headers.get(hdrs.RANGE, "bytes=0-").replace(" ", "").startswith("bytes=0-"):
+        await audit(request, "play_recording", call_id)
+    return await store.respond(request, uri)
+
+
+def add_recording_routes(app: web.Application, settings: Settings) -> None:
+    """Serve the calls' recordings to the console (after ``setup_auth``)."""
+    app[SETTINGS] = settings
+    app.router.add_get("/api/calls/{call_id}/recording", play_recording)

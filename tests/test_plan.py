@@ -1,0 +1,641 @@
+"""``python -m agent plan``: synthetic profiles where the right answer is known, bad profiles,
+the benchmarks' profile writers, the markdown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent import plan as planner
+from agent.bench import SttRun, own_overhead_ms, stt_profile, turn_profile
+from agent.config import Settings
+from agent.plan import (
+    ProfileError,
+    chosen_configuration,
+    load_profile,
+    load_profiles,
+    plan,
+    predict,
+    profile_document,
+    profile_path_for,
+    render,
+    run_plan_command,
+    stage_option,
+    write_profile,
+)
+from agent.pricebook import PriceBook
+from agent.records import TurnRecord
+from infra import gpu_check
+
+# A price book where every figure is easy to check by hand: one GPU at $6/hour is
+# $0.10 per GPU-minute, a line at $0.01/min.
+BOOK = PriceBook.from_dict(
+    {
+        "version": "test-1",
+        "currency": "USD",
+        "target_usd_per_minute": 0.04,
+        "compute": {"gpu": 6.0, "cpu-2core": 0.12},
+        "profiles": {
+            "gpu": {
+                "stt": {"compute": "gpu", "concurrent_calls": 100},
+                "llm": {"compute": "gpu", "concurrent_calls": 50},
+                "tts": {"compute": "gpu", "concurrent_calls": 20},
+            }
+        },
+        "fallback_tts": {"usd_per_1k_characters": 0.02},
+        "telephony": {"usd_per_minute": {"sip": 0.01, "webrtc": 0.0}},
+    }
+)
+
+
+def fixed(p50: float, p95: float | None = None) -> dict[str, float]:
+    """A stage's figures: p50, p95 and (the same as the p95) p99."""
+    tail = p50 if p95 is None else p95
+    return {"p50": p50, "p95": tail, "p99": tail}
+
+
+def synthetic() -> list[dict[str, Any]]:
+    """Two LLM options, as in the talk: fast at twice the cost, slow but (at 300 ms) enough.
+
+    stt 60 ms, tts 70 ms, our overhead 10 ms (p95 20): with the slow LLM (120 ms) the
+    turn's p95 is 60 + 120 + 70 + 10 + sqrt(10^2) = 270 ms, with the fast one (80 ms)
+    230 ms. Per minute: line $0.01, stt $0.10/100, tts $0.10/20; LLM $0.10/50 (slow)
+    or $0.10/25 (fast).
+    """
+    measured = profile_document(
+        "turn",
+        [
+            stage_option("overhead", "agent worker", latency_ms=fixed(10, 20)),
+            stage_option("endpointing", "VAD + smart-turn", latency_ms=fixed(200, 250)),
+        ],
+        command="python -m agent bench turn",
+    )
+    declared = profile_document(
+        "declared",
+        [
+            stage_option(
+                "stt", "whisper gpu", latency_ms=fixed(60), placement={"price_book_profile": "gpu"}
+            ),
+            stage_option(
+                "llm", "slow llm", latency_ms=fixed(120), placement={"price_book_profile": "gpu"}
+            ),
+            stage_option(
+                "llm",
+                "fast llm",
+                latency_ms=fixed(80),
+                placement={"price_book_profile": "gpu", "cost_multiple": 2},
+            ),
+            stage_option(
+                "tts",
+                "tts gpu",
+                latency_ms=fixed(70),
+                placement={"compute": "gpu", "concurrent_calls": 20},
+            ),
+        ],
+        source="declared",
+    )
+    return [measured, declared]
+
+
+def write_all(directory: Path, documents: list[dict[str, Any]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for doc in documents:
+        write_profile(doc, directory / f"{doc['name']}.json")
+    return directory
+
+
+@pytest.fixture
+def profiles(tmp_path: Path) -> Path:
+    return write_all(tmp_path / "profiles", synthetic())
+
+
+@pytest.fixture
+def book_path(tmp_path: Path) -> Path:
+    path = tmp_path / "book.toml"
+    path.write_text(
+        """
+version = "test-1"
+currency = "USD"
+target_usd_per_minute = 0.04
+[compute]
+gpu = 6.0
+cpu-2core = 0.12
+[profiles.gpu]
+stt = { compute = "gpu", concurrent_calls = 100 }
+llm = { compute = "gpu", concurrent_calls = 50 }
+tts = { compute = "gpu", concurrent_calls = 20 }
+[fallback_tts]
+usd_per_1k_characters = 0.02
+[telephony]
+usd_per_minute = { sip = 0.01, webrtc = 0.0 }
+"""
+    )
+    return path
+
+
+def run(profiles: Path, book: Path, *extra: str) -> tuple[int, str]:
+    from agent.__main__ import _parser
+
+    args = _parser().parse_args(
+        ["plan", "--profiles", str(profiles), "--price-book", str(book), *extra]
+    )
+    return run_plan_command(args)
+
+
+# -- the right answer on a known profile ---------------------------------------------------------
+
+
+def test_the_slow_cheap_llm_that_still_meets_300_ms_is_chosen(profiles: Path) -> None:
+    result = plan(load_profiles(profiles), BOOK, target_ms=300)
+    assert [c.options["llm"].config for c in result.passing] == ["slow llm", "fast llm"]
+    cheapest, fastest = result.cheapest, result.fastest
+    assert cheapest is not None and fastest is not None
+    assert cheapest.options["llm"].config == "slow llm"
+    assert cheapest.predicted_ms == pytest.approx(60 + 120 + 70 + 10 + 10)
+    assert cheapest.p50_ms == pytest.approx(260)
+    assert cheapest.coinciding_ms == pytest.approx(270)
+    # Voice to voice: endpointing added, tails in quadrature: 460 + sqrt(10^2 + 50^2).
+    assert cheapest.voice_to_voice_ms == pytest.approx(460 + math.sqrt(10**2 + 50**2))
+    assert cheapest.usd_per_minute == pytest.approx(0.01 + 0.001 + 0.002 + 0.005)
+    assert fastest.options["llm"].config == "fast llm"
+    assert fastest.predicted_ms == pytest.approx(230)
+    assert fastest.usd_per_minute == pytest.approx(0.01 + 0.001 + 0.004 + 0.005)
+    # The talk's trade: the LLM line doubles.
+    assert fastest.stage_usd_per_minute("llm") == pytest.approx(
+        2 * cheapest.stage_usd_per_minute("llm")
+    )
+    assert cheapest.declared_stages == ("stt", "llm", "tts")
+
+
+def test_a_tighter_target_leaves_only_the_fast_llm(profiles: Path) -> None:
+    result = plan(load_profiles(profiles), BOOK, target_ms=250)
+    assert [c.options["llm"].config for c in result.passing] == ["fast llm"]
+    assert [c.options["llm"].config for c in result.failing] == ["slow llm"]
+
+
+def test_a_target_nothing_meets_says_so_and_exits_1(profiles: Path, book_path: Path) -> None:
+    status, shown = run(profiles, book_path, "--target-ms", "200")
+    assert status == 1
+    assert "Nothing meets 200 ms at p95" in shown
+    assert "nothing meets 200 ms at p95: the fastest configuration is predicted at 230 ms" in shown
+    assert "The closest that miss" in shown
+
+
+def test_the_command_prints_the_table_cheapest_first(
+    profiles: Path, book_path: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "docs" / "plan.md"
+    status, shown = run(profiles, book_path, "--target-ms", "300", "--output", str(output))
+    assert status == 0, shown
+    written = output.read_text()
+    assert written in shown
+    lines = written.splitlines()
+    rows = [line for line in lines if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(rows) == 2
+    assert "slow llm" in rows[0] and "$0.0180" in rows[0] and "1.00x" in rows[0]
+    assert "fast llm" in rows[1] and "$0.0200" in rows[1] and "1.11x" in rows[1]
+    assert "| 270 |" in rows[0] and "| 230 |" in rows[1]
+    assert "**declared, not measured**: stt, llm, tts" in rows[0]
+    assert (
+        "**Cheapest that meets 300 ms**: stt: whisper gpu; llm: slow llm; tts: tts gpu" in written
+    )
+    assert "**Fastest**" in written and "1.11x the cost for 40 ms less" in written
+    # The trade row: the LLM line at 2x, the whole minute at 1.11x.
+    trade = next(line for line in lines if line.startswith("| llm | fast llm |"))
+    assert "(2.00x)" in trade and "| yes |" in trade and "1.11x" in trade
+    # The inputs are listed, declared ones marked.
+    assert "| llm | fast llm | **declared** |" in written
+    assert "price book test-1" in written
+    assert "Planned " in lines[2] and "--target-ms 300" in lines[2]
+
+
+def test_the_percentile_option_reads_the_matching_figures(tmp_path: Path) -> None:
+    docs = synthetic()
+    # Samples 1..100 ms for the overhead: p50 50, p99 99 by nearest rank.
+    docs[0]["options"][0] = stage_option(
+        "overhead", "agent worker", samples_ms=[float(v) for v in range(1, 101)]
+    )
+    directory = write_all(tmp_path / "p", docs)
+    result = plan(load_profiles(directory), BOOK, target_ms=400, q=0.99)
+    cheapest = result.cheapest
+    assert cheapest is not None
+    assert cheapest.predicted_ms == pytest.approx(60 + 120 + 70 + 50 + 49)
+    # A percentile with no figure and no samples: the option is left out, and says why.
+    with pytest.raises(ProfileError, match=r"no usable stt option at p90 .*whisper gpu.*no p90"):
+        plan(load_profiles(directory), BOOK, q=0.9)
+
+
+def test_a_measured_option_without_a_p95_is_not_given_one(tmp_path: Path) -> None:
+    docs = synthetic()
+    docs.append(
+        profile_document(
+            "gpu",
+            [
+                stage_option(
+                    "llm",
+                    "median-only llm",
+                    latency_ms={"p50": 10},
+                    placement={"compute": "gpu", "concurrent_calls": 100},
+                )
+            ],
+        )
+    )
+    result = plan(load_profiles(write_all(tmp_path / "p", docs)), BOOK)
+    assert all(c.options["llm"].config != "median-only llm" for c in result.passing)
+    [excluded] = result.excluded
+    assert "no p95" in excluded.reason and "not assumed" in excluded.reason
+    assert "median-only llm" in render(result)
+    at_median = plan(load_profiles(tmp_path / "p"), BOOK, q=0.5)
+    assert at_median.cheapest is not None
+    assert at_median.cheapest.options["llm"].config == "median-only llm"
+
+
+def test_an_api_tts_is_priced_by_its_characters(profiles: Path, tmp_path: Path) -> None:
+    docs = synthetic()
+    docs[1]["options"][3] = stage_option(
+        "tts",
+        "tts api",
+        latency_ms=fixed(70),
+        placement={"api": "fallback_tts", "characters_per_minute": 500},
+    )
+    result = plan(load_profiles(write_all(tmp_path / "p", docs)), BOOK)
+    cheapest = result.cheapest
+    assert cheapest is not None
+    # 500 characters at $0.02 per 1,000 instead of a GPU share.
+    assert cheapest.stage_usd_per_minute("tts") == pytest.approx(0.01)
+    assert cheapest.usd_per_minute == pytest.approx(0.01 + 0.001 + 0.002 + 0.01)
+
+
+def test_colocated_models_take_the_overhead_measured_with_them(tmp_path: Path) -> None:
+    docs = synthetic()
+    docs[0]["options"].append(
+        stage_option("overhead", "worker with the models", latency_ms=fixed(40, 60), colocated=True)
+    )
+    docs[1]["options"].append(
+        stage_option(
+            "tts",
+            "cpu tts",
+            latency_ms=fixed(30),
+            colocated=True,
+            placement={"compute": "cpu-2core", "concurrent_calls": 1},
+        )
+    )
+    result = plan(load_profiles(write_all(tmp_path / "p", docs)), BOOK, target_ms=1000)
+    everything = [*result.passing, *result.failing]
+    for c in everything:
+        colocated = c.options["tts"].config == "cpu tts"
+        assert c.options["overhead"].colocated is colocated
+        assert ("endpointing" in c.options) is not colocated  # none measured colocated
+    assert len(everything) == 4
+
+
+def test_models_on_the_worker_without_an_overhead_measured_there_are_noted(
+    tmp_path: Path,
+) -> None:
+    docs = synthetic()
+    docs[1]["options"].append(
+        stage_option(
+            "tts",
+            "cpu tts",
+            latency_ms=fixed(30),
+            colocated=True,
+            placement={"compute": "cpu-2core", "concurrent_calls": 1},
+        )
+    )
+    result = plan(load_profiles(write_all(tmp_path / "p", docs)), BOOK)
+    assert all(c.options["tts"].config != "cpu tts" for c in result.passing + result.failing)
+    assert result.notes == (
+        "2 combinations left out: no overhead was measured with the models placed as theirs "
+        "are (on the agent worker's cores or not); `python -m agent bench turn` measures both",
+    )
+    assert "2 combinations left out" in render(result)
+
+
+def test_the_transport_prices_the_line(profiles: Path) -> None:
+    sip = plan(load_profiles(profiles), BOOK).cheapest
+    webrtc = plan(load_profiles(profiles), BOOK, transport="webrtc").cheapest
+    assert sip is not None and webrtc is not None
+    assert sip.usd_per_minute - webrtc.usd_per_minute == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="no rate for transport 'pigeon'"):
+        plan(load_profiles(profiles), BOOK, transport="pigeon")
+
+
+def test_the_root_sum_square_of_the_tails() -> None:
+    options = [
+        planner.parse_profile(
+            profile_document("x", [stage_option("overhead", n, latency_ms=fixed(p50, p95))])
+        ).options[0]
+        for n, p50, p95 in (("a", 100, 130), ("b", 50, 90))
+    ]
+    p50, rss, coinciding = predict(options, 0.95)
+    assert (p50, rss, coinciding) == pytest.approx((150, 150 + 50, 220))
+
+
+def test_the_dashboard_gets_the_chosen_configuration(profiles: Path, book_path: Path) -> None:
+    chosen = chosen_configuration(300, profiles_dir=profiles, price_book=book_path)
+    assert chosen is not None
+    assert chosen.predicted_ms == pytest.approx(270)
+    assert chosen.usd_per_minute == pytest.approx(0.018)
+    assert chosen.declared_stages == ("stt", "llm", "tts")
+    assert "slow llm" in chosen.label and chosen.price_book_version == "test-1"
+    assert chosen_configuration(200, profiles_dir=profiles, price_book=book_path) is None
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+def bad(tmp_path: Path, change: Any) -> Path:
+    docs = synthetic()
+    change(docs[1])
+    return write_raw(tmp_path, docs)
+
+
+def write_raw(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:
+    directory = tmp_path / "bad"
+    directory.mkdir()
+    for doc in docs:
+        (directory / f"{doc['name']}.json").write_text(json.dumps(doc))
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda d: d["options"][1]["latency_ms"].pop("p50"),
+            r"declared\.json: options\[1\]\.latency_ms\.p50: missing",
+        ),
+        (
+            lambda d: d["options"][1]["latency_ms"].update(p95="fast"),
+            r"declared\.json: options\[1\]\.latency_ms\.p95: expected a number, got 'fast'",
+        ),
+        (
+            lambda d: d["options"][0].update(stage="asr"),
+            r"declared\.json: options\[0\]\.stage: unknown stage 'asr'",
+        ),
+        (
+            lambda d: d["options"][0].pop("placement"),
+            r"declared\.json: options\[0\]\.placement: missing \(a stt option must say",
+        ),
+        (
+            lambda d: d["options"][0]["placement"].update(concurrent_calls=0),
+            r"options\[0\]\.placement\.concurrent_calls: not a field of a price_book_profile",
+        ),
+        (
+            lambda d: d["options"][3]["placement"].update(concurrent_calls=0),
+            r"options\[3\]\.placement\.concurrent_calls: expected a positive number, got 0",
+        ),
+        (lambda d: d.update(format="v0"), r"declared\.json: format: expected 'agent-profile/1'"),
+        (lambda d: d.update(source="guessed"), r"declared\.json: source: expected one of"),
+        (lambda d: d.pop("options"), r"declared\.json: options: missing"),
+        (
+            lambda d: d["options"][1]["placement"].update(api="tts-co"),
+            r"options\[1\]\.placement: expected exactly one of",
+        ),
+    ],
+)
+def test_a_malformed_profile_names_the_file_and_the_field(
+    tmp_path: Path, book_path: Path, change: Any, message: str
+) -> None:
+    directory = bad(tmp_path, change)
+    with pytest.raises(ProfileError, match=message):
+        load_profiles(directory)
+    status, shown = run(directory, book_path)
+    assert status == 2 and shown.startswith("cannot plan: ")
+
+
+def test_not_json_and_no_profiles(tmp_path: Path, book_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    status, shown = run(tmp_path / "empty", book_path)
+    assert status == 2 and "no profiles (*.json): run the benchmarks first" in shown
+    status, shown = run(tmp_path / "nowhere", book_path)
+    assert status == 2 and "no such directory" in shown
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "turn.json").write_text("{not json")
+    with pytest.raises(ProfileError, match=r"turn\.json: not valid JSON"):
+        load_profile(broken / "turn.json")
+
+
+def test_an_unpriced_compute_class_is_left_out_and_named(tmp_path: Path) -> None:
+    docs = synthetic()
+    docs[1]["options"].append(
+        stage_option(
+            "llm",
+            "tpu llm",
+            latency_ms=fixed(1),
+            placement={"compute": "tpu", "concurrent_calls": 9},
+        )
+    )
+    result = plan(load_profiles(write_all(tmp_path / "p", docs)), BOOK)
+    [excluded] = result.excluded
+    assert "cannot be priced: compute class 'tpu' is not in the price book" in excluded.reason
+
+
+def test_no_overhead_profile_is_a_clear_error(tmp_path: Path) -> None:
+    directory = write_all(tmp_path / "p", synthetic()[1:])
+    with pytest.raises(ProfileError, match="no usable overhead option.*bench turn"):
+        plan(load_profiles(directory), BOOK)
+
+
+def test_a_bad_percentile_or_target(profiles: Path, book_path: Path) -> None:
+    status, shown = run(profiles, book_path, "--percentile", "100")
+    assert status == 2 and "at least 50 and below 100" in shown
+    status, shown = run(profiles, book_path, "--target-ms", "0")
+    assert status == 2 and "must be positive" in shown
+
+
+def test_the_command_line_end_to_end(profiles: Path, book_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "plan", "--profiles", str(profiles)]
+        + ["--price-book", str(book_path), "--target-ms", "200"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Nothing meets 200 ms" in done.stdout
+
+
+# -- the benchmarks' writers ---------------------------------------------------------------------
+
+
+def turn(n: int, **parts: float) -> TurnRecord:
+    return TurnRecord(call_id="c" * 32, number=n, **parts)  # type: ignore[arg-type]
+
+
+def test_own_overhead_is_the_response_less_the_model_stages() -> None:
+    # STT final 150 ms after the VAD stop, 200 ms stop, committed 300 ms after the last
+    # voiced frame: the final came before the commit, none of it is in the response.
+    t = turn(1, response_ms=50, stt_ms=50, endpointing_ms=300, llm_ttft_ms=10, tts_ttfb_ms=30)
+    assert own_overhead_ms(t, 200) == pytest.approx(10)
+    # The final 100 ms after the commit: those 100 ms are STT's, not ours.
+    t = turn(2, response_ms=150, stt_ms=200, endpointing_ms=300, llm_ttft_ms=10, tts_ttfb_ms=30)
+    assert own_overhead_ms(t, 200) == pytest.approx(10)
+    assert own_overhead_ms(turn(3, response_ms=5), 200) is None
+
+
+def test_the_turn_bench_writes_a_profile_the_planner_reads(tmp_path: Path) -> None:
+    parts = {
+        "endpointing_ms": 300.0,
+        "stt_ms": 50.0,
+        "llm_ttft_ms": 10.0,
+        "tts_ttfb_ms": 30.0,
+        "transport_out_ms": 1.0,
+        "response_ms": 45.0,
+    }
+    results = {
+        "cpu": [turn(i, **{**parts, "stt_ms": 50.0 + i}) for i in range(20)],
+        "stub": [turn(i, **{**parts, "tts_ttfb_ms": 2.0, "response_ms": 15.0}) for i in range(20)],
+    }
+    report = str(tmp_path / "turn-cpu.md")
+    doc = turn_profile(results, Settings(), "python -m agent bench turn --turns 20", report)
+    path = write_profile(doc, profile_path_for(report))
+    assert path == tmp_path / "profiles" / "turn-cpu.json"
+    profile = load_profile(path)
+    options = {(o.stage, o.colocated): o for o in profile.options}
+    assert set(options) == {
+        ("endpointing", True),
+        ("overhead", True),
+        ("stt", True),
+        ("llm", True),
+        ("tts", True),
+        ("endpointing", False),
+        ("overhead", False),
+    }
+    assert options[("overhead", True)].p50 == pytest.approx(5)
+    assert options[("overhead", False)].p50 == pytest.approx(3)
+    stt = options[("stt", True)]
+    assert (stt.p50, stt.at(0.95), stt.samples) == (59, 68, 20)
+    assert stt.placement is not None and stt.placement.price_book_profile == "embedded-cpu"
+    assert profile.command == "python -m agent bench turn --turns 20"
+    # The shipped book prices it: the planner combines it with everything else.
+    result = plan([profile], PriceBook.load(), target_ms=1000)
+    assert result.cheapest is not None and not result.cheapest.declared_stages
+
+
+def test_the_stt_bench_writes_one_option_per_setting_and_stream_count(tmp_path: Path) -> None:
+    runs = {
+        "batch 1": [SttRun(1, 3.0, 0.5, [400.0, 420.0, 500.0], 3, 3)],
+        "batched": [SttRun(4, 12.0, 1.5, [1000.0] * 11 + [1400.0], 3, 12)],
+    }
+    report = str(tmp_path / "stt.md")
+    doc = stt_profile(runs, "python -m agent bench stt --streams 1,4", report, 20.0, 16)
+    profile = load_profile(write_profile(doc, profile_path_for(report)))
+    one, four = profile.options
+    assert one.config.endswith("batch 1") and one.concurrency == 1
+    assert (one.p50, one.at(0.95)) == (420, 500)
+    assert four.concurrency == 4 and four.config.endswith("batched (20 ms window, <= 16 per call)")
+    assert four.placement is not None and four.placement.concurrent_calls == 4
+    assert four.throughput["audio_s_per_s"] == pytest.approx(8.0)
+    assert four.throughput["finals_per_model_call"] == pytest.approx(4.0)
+
+
+GPU_REPORT: dict[str, Any] = {
+    "dry_run": False,
+    "device": "NVIDIA H100 80GB HBM3",
+    "dtype": "bfloat16",
+    "torch": "2.13.0",
+    "transformers": "5.24.0",
+    "results": {
+        "whisper": {
+            "window_s": 30.0,
+            "decode_tokens": 32,
+            "batch_1": {"ms": 40.0, "audio_s_per_s": 750.0},
+            "batch_8": {"ms": 80.0, "audio_s_per_s": 3000.0},
+            "batch_16": {"error": "OutOfMemoryError: ..."},
+        },
+        "gemma": {
+            "prefix_tokens": 1500,
+            "new_tokens_cached": 100,
+            "prefill_full": {"ms": 150.0},
+            "prefill_after_cached_prefix": {"ms": 30.0},
+            "decode_batch_1": {"ms_per_step": 20.0, "tokens_per_s": 50.0},
+            "decode_batch_8": {"ms_per_step": 25.0, "tokens_per_s": 320.0},
+        },
+        "orpheus": {
+            "step_budget_ms": 12.19,
+            "batch_1": {"ms_per_step": 10.0},
+            "batch_16": {"ms_per_step": 12.0},
+            "batch_64": {"ms_per_step": 15.0},
+            "largest_real_time_batch": 16,
+        },
+        "snac": {
+            "frames_per_call": 4,
+            "eager_batch_1": {"ms": 9.0},
+            "compiled_batch_1": {"ms": 3.0},
+            "compiled_batch_32": {"ms": 6.0},
+        },
+    },
+}
+
+
+def test_the_gpu_check_writes_median_only_options_the_planner_will_not_stretch(
+    tmp_path: Path,
+) -> None:
+    doc = gpu_check.planner_profile(GPU_REPORT, "python -m infra.gpu_check --profile x")
+    profile = load_profile(write_profile(doc, tmp_path / "gpu.json"))
+    by = {(o.stage, o.batch): o for o in profile.options}
+    assert set(by) == {("stt", 1), ("stt", 8), ("llm", 1), ("llm", 8), ("tts", 1), ("tts", 16)}
+    assert by[("stt", 8)].p50 == 80 and by[("stt", 8)].at(0.95) is None
+    assert by[("stt", 8)].placement == planner.Placement(compute="h100", concurrent_calls=8)
+    assert by[("llm", 1)].p50 == 30 and by[("llm", 8)].p50 == 55
+    # 4 SNAC frames = 28 tokens at 12 ms, + SNAC's decode at the next batch measured (32).
+    assert by[("tts", 16)].p50 == pytest.approx(28 * 12 + 6)
+    assert by[("tts", 1)].p50 == pytest.approx(28 * 10 + 3)
+    assert gpu_check.compute_class("NVIDIA H200") == "h200"
+    assert gpu_check.compute_class("x86_64") == "x86-64"
+    # At p95 every GPU option is left out, with its reason; at the median they are used.
+    turn_doc = synthetic()[0]
+    profiles = [profile, planner.parse_profile(turn_doc)]
+    book = PriceBook.load()
+    with pytest.raises(ProfileError, match=r"no usable stt option at p95 .*no p95"):
+        plan(profiles, book)
+    median = plan(profiles, book, q=0.5, target_ms=1000)
+    cheapest = median.cheapest
+    assert cheapest is not None and not cheapest.declared_stages
+    assert cheapest.options["stt"].batch == 8  # 8 calls on one GPU cost less than 1
+
+
+def test_the_gpu_check_command_line_writes_the_profile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(gpu_check, "run_checks", lambda plan, only=None: GPU_REPORT)
+    out, profile = tmp_path / "report.json", tmp_path / "profiles" / "gpu.json"
+    gpu_check.main(["--out", str(out), "--profile", str(profile)])
+    assert json.loads(out.read_text()) == GPU_REPORT
+    written = load_profile(profile)
+    assert written.name == "gpu" and written.command.endswith(f"--profile {profile}")
+
+
+def test_a_gpu_md_without_its_profile_is_noted(profiles: Path, book_path: Path) -> None:
+    (profiles.parent / "gpu.md").write_text("# GPU\n")
+    status, shown = run(profiles, book_path)
+    assert status == 0
+    assert "gpu.md exists but" in shown and "GPU figures are not used" in shown
+
+
+def test_the_shipped_profiles_plan(tmp_path: Path) -> None:
+    """The repository's own profiles load and plan under the shipped book (if present)."""
+    if not planner.DEFAULT_PROFILES.is_dir():
+        pytest.skip("no profiles shipped")
+    args = argparse.Namespace(
+        target_ms=300.0,
+        percentile=95.0,
+        profiles=None,
+        price_book=None,
+        transport="sip",
+        output=None,
+    )
+    status, shown = run_plan_command(args)
+    assert status in (0, 1), shown
+    assert "declared, not measured" in shown
