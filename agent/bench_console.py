@@ -164,11 +164,22 @@ def _with_search_path(url: URL, schema: str) -> URL:
     return url.update_query_dict({"options": option})
 
 
-def _calls_in(engine: Engine) -> int:
-    if not inspect(engine).has_table("calls"):
-        return 0
-    with engine.connect() as connection:
-        return int(connection.scalar(select(func.count()).select_from(Call)) or 0)
+def _calls_in(url: URL, reuse: bool, where: str, instead: str) -> int:
+    """How many calls ``url`` holds; ``BenchRefused`` if any, unless ``reuse``: the benchmark
+    never mixes its rows with real ones."""
+    engine = create_engine_for(url, poolclass=NullPool)
+    try:
+        found = 0
+        if inspect(engine).has_table("calls"):
+            with engine.connect() as connection:
+                found = int(connection.scalar(select(func.count()).select_from(Call)) or 0)
+    finally:
+        engine.dispose()
+    if found and not reuse:
+        raise BenchRefused(
+            f"{where} already holds {found} calls: pass --reuse to measure them, or {instead}"
+        )
+    return found
 
 
 @contextmanager
@@ -190,16 +201,7 @@ def bench_database(url: str, schema: str, reuse: bool, keep: bool) -> Iterator[t
             with admin.begin() as connection:
                 connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
             target = _with_search_path(parsed, schema)
-            engine = create_engine_for(target, poolclass=NullPool)
-            try:
-                found = _calls_in(engine)
-            finally:
-                engine.dispose()
-            if found and not reuse:
-                raise BenchRefused(
-                    f"schema {schema} already holds {found} calls: pass --reuse to measure "
-                    "them, or drop the schema"
-                )
+            found = _calls_in(target, reuse, f"schema {schema}", "drop the schema")
             try:
                 yield target, found
             finally:
@@ -218,18 +220,7 @@ def bench_database(url: str, schema: str, reuse: bool, keep: bool) -> Iterator[t
         raise BenchRefused("SQLite: name a file (sqlite:///path/to/bench.db)")
     path = Path(database).expanduser()
     existed = path.exists()
-    found = 0
-    if existed:
-        engine = create_engine_for(parsed, poolclass=NullPool)
-        try:
-            found = _calls_in(engine)
-        finally:
-            engine.dispose()
-        if found and not reuse:
-            raise BenchRefused(
-                f"{path} already holds {found} calls: pass --reuse to measure them, or "
-                "name a new file"
-            )
+    found = _calls_in(parsed, reuse, str(path), "name a new file") if existed else 0
     try:
         yield parsed, found
     finally:
