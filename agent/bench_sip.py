@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,7 +51,9 @@ import aiohttp
 from aiohttp import web
 from fastapi import FastAPI, WebSocket
 from pipecat.frames.frames import OutputAudioRawFrame
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.serializers.twilio import TwilioFrameSerializer
+from pipecat.transports.base_transport import BaseTransport
 from pipecat.transports.websocket.fastapi import (
     FastAPIWebsocketOutputTransport,
     FastAPIWebsocketParams,
@@ -58,6 +61,8 @@ from pipecat.transports.websocket.fastapi import (
 )
 
 from agent.bench import _machine, _write_report
+from agent.bench_profile import py_spy, summarize
+from agent.bench_profile import table as profile_table
 from agent.call import CallContext
 from agent.config import Settings
 from agent.embedded import ModelServers, ServerProcess, ServerStartError, free_port
@@ -73,6 +78,12 @@ TRANSPORTS = {
     "sip": "our SIP user agent and RTP engine; sipp places the calls",
     "websocket": "pipecat's FastAPIWebsocketTransport with its TwilioFrameSerializer",
 }
+PIPELINES = {
+    "ours": "the agent's call path (agent.server: start_call)",
+    "plain": "pipecat's stock voice pipeline (plain_pipeline)",
+}
+#: py-spy's samples per second in a profiled step.
+PROFILE_RATE = 200
 #: The acceptance criterion: this share of outgoing packets leaves within LIMIT_S.
 LIMIT_S = 0.005
 TARGET = 0.999
@@ -312,6 +323,117 @@ async def _sip_worker(
         await runner.cleanup()
 
 
+def plain_pipeline(ctx: CallContext, transport: BaseTransport, call_id: str) -> PipelineWorker:
+    """The baseline of ``bench capacity``: pipecat's stock voice pipeline, nothing of ours
+    but the clients of our model servers (the stubs speak our STT and TTS protocols).
+
+    pipecat's VAD processor (on our VAD analyzer, the same settings), its default turn
+    strategies instead of smart-turn, its context aggregators and OpenAI LLM service on
+    every turn instead of the policy; no guard, recording, ledger or call records.
+    """
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.processors.audio.vad_processor import VADProcessor
+    from pipecat.services.openai.llm import OpenAILLMService
+
+    from agent.stt import StreamingSTTService
+    from agent.tts import StreamingTTSService
+    from agent.vad import create_vad_analyzer
+
+    settings, models = ctx.settings, ctx.models
+    aggregators = LLMContextAggregatorPair(LLMContext())
+    pipeline = Pipeline(
+        [
+            transport.input(),
+            VADProcessor(vad_analyzer=create_vad_analyzer(settings)),
+            StreamingSTTService(
+                url=models.stt_url, session=ctx.sessions.session("stt"), call_id=call_id
+            ),
+            aggregators.user(),
+            OpenAILLMService(
+                api_key=settings.llm_api_key or "none",
+                base_url=models.llm_url,
+                settings=OpenAILLMService.Settings(model=settings.llm_model),
+            ),
+            StreamingTTSService(url=models.tts_url, session=ctx.sessions.session("tts")),
+            transport.output(),
+            aggregators.assistant(),
+        ]
+    )
+    return PipelineWorker(
+        pipeline,
+        params=PipelineParams(
+            audio_in_sample_rate=CARRIER_SAMPLE_RATE, audio_out_sample_rate=CARRIER_SAMPLE_RATE
+        ),
+        enable_rtvi=False,
+        idle_timeout_secs=None,
+    )
+
+
+async def _plain_sip_worker(
+    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
+) -> dict[str, Any]:
+    """``plain_pipeline`` on our SIP user agent and RTP engine, as the agent's calls are."""
+    from pipecat.frames.frames import TTSSpeakFrame
+    from pipecat.workers.runner import WorkerRunner
+
+    from telephony.sip.ua import SipCall, SipEndpoint
+
+    meters: list[RtpStats] = []
+    live: set[str] = set()
+
+    async def metered_rtp(rtp_host: str) -> RtpSession:
+        session = await RtpSession.open(rtp_host, port=0)
+        meters.append(session.stats)
+        return session
+
+    async def on_call(line: SipCall) -> None:
+        await line.answer()
+        if line.state != "confirmed":
+            return
+        call_id = uuid.uuid4().hex
+        transport = line.transport()
+        worker = plain_pipeline(ctx, transport, call_id)
+
+        @transport.event_handler("on_client_connected")
+        async def _greet(_transport: Any, _client: Any) -> None:
+            await worker.queue_frame(TTSSpeakFrame(ctx.prompts.greeting.format(consumer_name="")))
+
+        @transport.event_handler("on_client_disconnected")
+        async def _gone(_transport: Any, _client: Any) -> None:
+            await worker.cancel()
+
+        live.add(call_id)
+        try:
+            runner = WorkerRunner(handle_sigint=False)
+            await runner.add_workers(worker)
+            await runner.run()
+        finally:
+            live.discard(call_id)
+            await line.hang_up()
+
+    assert ctx.settings.sip_port is not None
+    endpoint = SipEndpoint(
+        ctx.settings.sip_host, ctx.settings.sip_port, on_call=on_call, media=metered_rtp
+    )
+
+    async def healthy(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    health = web.Application()
+    health.router.add_get("/health", healthy)
+    runner = web.AppRunner(health, access_log=None)
+    await endpoint.start()
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()  # /health: the bench waits for it
+        return await _carry(lambda: len(live), calls, meters, timeout_s)
+    finally:
+        await runner.cleanup()
+        await endpoint.close()
+
+
 async def _websocket_worker(
     ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
 ) -> dict[str, Any]:
@@ -366,7 +488,12 @@ async def _work(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings.from_env(dict(os.environ))
     if settings.embedded_models:
         raise BenchError("set STT_URL, LLM_URL and TTS_URL (the stub server's)")
-    worker = _sip_worker if args.transport == "sip" else _websocket_worker
+    if args.pipeline == "plain":
+        if args.transport != "sip":
+            raise BenchError("the plain pipecat pipeline is measured on SIP only")
+        worker = _plain_sip_worker
+    else:
+        worker = _sip_worker if args.transport == "sip" else _websocket_worker
     async with AgentRuntime(settings) as ctx:
         return await worker(ctx, args.host, args.port, args.calls, args.timeout)
 
@@ -375,6 +502,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the worker process: carry the calls, write the figures, exit."""
     parser = server_arguments("A bench worker: carries the calls, writes their RTP lateness.")
     parser.add_argument("--transport", choices=sorted(TRANSPORTS), required=True)
+    parser.add_argument("--pipeline", choices=sorted(PIPELINES), default="ours")
     parser.add_argument("--calls", type=int, required=True, help="calls carried at once")
     parser.add_argument("--result", type=Path, required=True, help="where to write the JSON")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds for it all")
@@ -388,7 +516,9 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     except BenchError as e:
         args.result.write_text(json.dumps({"error": str(e)}))
         return 1
-    args.result.write_text(json.dumps({"transport": args.transport, **result}))
+    args.result.write_text(
+        json.dumps({"transport": args.transport, "pipeline": args.pipeline, **result})
+    )
     return 0
 
 
@@ -419,11 +549,26 @@ class Packets:
         return self.lateness.fraction_within(LIMIT_S) * sent / (sent + self.skipped)
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """What one series of steps runs: a pipeline on a transport, named in the table."""
+
+    name: str
+    transport: str
+    pipeline: str = "ours"
+
+
+#: ``bench sip``: the agent's pipeline on our SIP stack and on pipecat's websocket transport.
+TRANSPORT_VARIANTS = tuple(Variant(t, t) for t in TRANSPORTS)
+#: ``bench capacity``: the agent's pipeline and pipecat's stock one, both on our SIP stack.
+PIPELINE_VARIANTS = tuple(Variant(p, "sip", p) for p in PIPELINES)
+
+
 @dataclasses.dataclass
 class Step:
     """One step: ``calls`` carried at once; the window's packets and CPU, the ramp-up's."""
 
-    transport: str
+    variant: str
     calls: int
     window_s: float
     cpu_s: float
@@ -432,9 +577,9 @@ class Step:
     ramp: Packets
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Step:
+    def from_json(cls, variant: str, data: dict[str, Any]) -> Step:
         return cls(
-            data["transport"],
+            variant,
             data["calls"],
             data["window_s"],
             data["cpu_s"],
@@ -548,15 +693,28 @@ async def _websocket_calls(port: int, calls: int, call_s: float, audio: bytes) -
 
 
 def _launch_worker(
-    name: str, port: int, args: list[str], env: dict[str, str], workdir: Path
+    name: str,
+    port: int,
+    args: list[str],
+    env: dict[str, str],
+    workdir: Path,
+    cpus: set[int] | None = None,
+    profile: Path | None = None,
 ) -> ServerProcess:
-    """``python -m agent.bench_sip`` with ``env`` on top of ours, output to its log. No
-    death signal: if the bench dies, the worker's own ``--timeout`` ends it."""
+    """``python -m agent.bench_sip`` with ``env`` on top of ours, output to its log, on
+    ``cpus`` (None: wherever the kernel puts it), under py-spy writing ``profile`` when
+    given. No death signal: if the bench dies, the worker's own ``--timeout`` ends it."""
     log_path = workdir / f"{name}.log"
     command = [
         sys.executable, "-m", "agent.bench_sip", "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "WARNING", *args,
     ]  # fmt: skip
+    if profile is not None:
+        spy = py_spy()
+        if spy is None:
+            raise BenchError("py-spy is not installed (pip install '.[dev]')")
+        sampler = [spy, "record", "--threads", "--nonblocking", "--format", "raw"]
+        command = [*sampler, "--rate", str(PROFILE_RATE), "--output", str(profile), "--", *command]
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     full_env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
@@ -570,43 +728,53 @@ def _launch_worker(
             env=full_env,
             cwd=PROJECT_ROOT,
             start_new_session=True,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
     return ServerProcess(name, process, f"http://127.0.0.1:{port}", log_path)
 
 
 async def _step(
-    transport: str, calls: int, hold_s: float, workdir: Path, env: dict[str, str], audio: bytes
+    variant: Variant,
+    calls: int,
+    hold_s: float,
+    workdir: Path,
+    env: dict[str, str],
+    audio: bytes,
+    cpus: set[int] | None = None,
+    profile: Path | None = None,
 ) -> Step:
     """A fresh worker carrying ``calls`` calls; every call lasts long enough that all of
     them are up together for ``hold_s`` (the ramp at CALL_RATE comes on top)."""
     call_s = hold_s + SETTLE_S + (calls - 1) / CALL_RATE
     timeout_s = call_s + 2 * calls / CALL_RATE + 30
-    result = workdir / f"{transport}-{calls}.json"
+    result = workdir / f"{variant.name}-{calls}.json"
     port = free_port()
-    worker_env = dict(env, SIP_PORT=str(port)) if transport == "sip" else env
+    sip = variant.transport == "sip"
     worker = _launch_worker(
-        f"worker-{transport}-{calls}",
+        f"worker-{variant.name}-{calls}",
         port,
-        ["--transport", transport, "--calls", str(calls), "--result", str(result),
-         "--timeout", str(timeout_s)],
-        worker_env,
+        ["--transport", variant.transport, "--pipeline", variant.pipeline,
+         "--calls", str(calls), "--result", str(result), "--timeout", str(timeout_s)],
+        dict(env, SIP_PORT=str(port)) if sip else env,
         workdir,
+        cpus,
+        profile,
     )  # fmt: skip
     try:
         await worker.wait_healthy(WORKER_START_TIMEOUT_S)
-        if transport == "sip":
+        if sip:
             await _sipp_calls(port, calls, call_s, workdir)
         else:
             await _websocket_calls(port, calls, call_s, audio)
         await asyncio.wait_for(asyncio.to_thread(worker.process.wait), WORKER_EXIT_TIMEOUT_S)
     except (TimeoutError, BenchError, ServerStartError, aiohttp.ClientError) as e:
-        raise BenchError(f"{transport}, {calls} calls: {e}\n{worker.log_tail()}") from None
+        raise BenchError(f"{variant.name}, {calls} calls: {e}\n{worker.log_tail()}") from None
     finally:
         await worker.stop()
     data = json.loads(result.read_text()) if result.exists() else {"error": "no result"}
     if "error" in data:
-        raise BenchError(f"{transport}, {calls} calls: {data['error']}\n{worker.log_tail()}")
-    return Step.from_json(data)
+        raise BenchError(f"{variant.name}, {calls} calls: {data['error']}\n{worker.log_tail()}")
+    return Step.from_json(variant.name, data)
 
 
 def _percent(share: float) -> str:
@@ -619,11 +787,11 @@ def _ms(seconds: float) -> str:
     return f"≥{top * 1000:.0f}" if seconds >= top else f"{seconds * 1000:.1f}"
 
 
-def table(steps: Sequence[Step]) -> str:
-    """Markdown table: one row per transport and step."""
+def table(steps: Sequence[Step], column: str = "transport") -> str:
+    """Markdown table: one row per variant (``column`` names them) and step."""
     cores = os.cpu_count() or 1
     rows = [
-        "| transport | calls | packets | p50 ms | p99 ms | p99.9 ms | within 5 ms "
+        f"| {column} | calls | packets | p50 ms | p99 ms | p99.9 ms | within 5 ms "
         f"| worker CPU % | all CPU % (of {100 * cores}) | ramp-up: within 5 ms "
         "| ramp-up: max ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -632,7 +800,7 @@ def table(steps: Sequence[Step]) -> str:
         h = s.window.lateness
         mark = "" if s.passed else " ✗"
         rows.append(
-            f"| {s.transport} | {s.calls} | {h.count} | {_ms(h.percentile(50))} "
+            f"| {s.variant} | {s.calls} | {h.count} | {_ms(h.percentile(50))} "
             f"| {_ms(h.percentile(99))} | {_ms(h.percentile(99.9))} "
             f"| {_percent(s.window.within)}{mark} | {s.cpu_percent:.0f} "
             f"| {100 * s.machine_cpu_s / s.window_s:.0f} | {_percent(s.ramp.within)} "
@@ -641,14 +809,35 @@ def table(steps: Sequence[Step]) -> str:
     return "\n".join(rows)
 
 
-def _carried(steps: Sequence[Step], transport: str) -> str:
-    passing = [s.calls for s in steps if s.transport == transport and s.passed]
-    return str(max(passing)) if passing else "none of the steps"
+def carried(steps: Sequence[Step], variant: str) -> int:
+    """The most calls ``variant`` carried in a step that met the criterion (0: none)."""
+    return max((s.calls for s in steps if s.variant == variant and s.passed), default=0)
 
 
-async def _run(steps: Sequence[int], hold_s: float) -> tuple[list[Step], float]:
-    """Both transports, step by step; the steps and the caller's cycle in seconds."""
+def _carried(steps: Sequence[Step], variant: str) -> str:
+    n = carried(steps, variant)
+    return str(n) if n else "none of the steps"
+
+
+@dataclasses.dataclass
+class Run:
+    """What a bench measured: the steps, the caller's cycle, the profiles by variant."""
+
+    steps: list[Step]
+    cycle_s: float
+    profiles: dict[str, tuple[Counter[str], int]]
+
+
+async def _run(
+    variants: Sequence[Variant],
+    steps: Sequence[int],
+    hold_s: float,
+    worker_cpus: set[int] | None,
+    profile_calls: int | None = None,
+) -> Run:
+    """Each variant, step by step, then under py-spy with ``profile_calls`` calls if given."""
     results: list[Step] = []
+    profiles: dict[str, tuple[Counter[str], int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-sip-") as tmp:
         workdir = Path(tmp)
         audio = _caller_audio()
@@ -664,18 +853,24 @@ async def _run(steps: Sequence[int], hold_s: float) -> tuple[list[Step], float]:
                 "TTS_FALLBACK": "none",
                 "LLM_MODE": "templates",
             }
-            for transport in TRANSPORTS:
+            for variant in variants:
                 for calls in steps:
-                    step = await _step(transport, calls, hold_s, workdir, env, audio)
+                    step = await _step(variant, calls, hold_s, workdir, env, audio, worker_cpus)
                     results.append(step)
                     _show(
-                        f"  [{transport}] {calls} calls: {step.window.lateness.count} packets, "
-                        f"{_percent(step.window.within)} within {LIMIT_S * 1000:.0f} ms, "
-                        f"worker CPU {step.cpu_percent:.0f}%"
+                        f"  [{variant.name}] {calls} calls: {step.window.lateness.count} "
+                        f"packets, {_percent(step.window.within)} within "
+                        f"{LIMIT_S * 1000:.0f} ms, worker CPU {step.cpu_percent:.0f}%"
                     )
                     if not step.passed:
                         break
-    return results, len(audio) / CARRIER_SAMPLE_RATE
+                if profile_calls:
+                    raw = workdir / f"profile-{variant.name}.txt"
+                    args = (variant, profile_calls, hold_s, workdir, env, audio, worker_cpus, raw)
+                    await _step(*args)
+                    profiles[variant.name] = summarize(raw.read_text())
+                    _show(f"  [{variant.name}] profiled with {profile_calls} calls")
+    return Run(results, len(audio) / CARRIER_SAMPLE_RATE, profiles)
 
 
 def _show(text: str, error: bool = False) -> None:
@@ -683,8 +878,14 @@ def _show(text: str, error: bool = False) -> None:
     print(text, file=sys.stderr if error else sys.stdout, flush=True)  # noqa: T201
 
 
-def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
-    """``python -m agent bench sip``: the steps on both transports, the table, the report."""
+def _measure(
+    variants: Sequence[Variant],
+    steps: Sequence[int],
+    hold_s: float,
+    worker_cpus: set[int] | None,
+    profile_calls: int | None = None,
+) -> Run | int:
+    """The arguments checked, then the steps run; an exit status when either fails."""
     import shutil
 
     if not steps or any(n < 1 for n in steps) or list(steps) != sorted(set(steps)):
@@ -699,10 +900,18 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
     logging.getLogger("agent.embedded").setLevel(logging.WARNING)
     _show(f"stepping {', '.join(map(str, steps))} concurrent calls, {hold_s:g} s each ...")
     try:
-        results, cycle_s = asyncio.run(_run(steps, hold_s))
+        return asyncio.run(_run(variants, steps, hold_s, worker_cpus, profile_calls))
     except BenchError as e:
         _show(f"bench failed: {e}", True)
         return 1
+
+
+def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
+    """``python -m agent bench sip``: the steps on both transports, the table, the report."""
+    measured = _measure(TRANSPORT_VARIANTS, steps, hold_s, None)
+    if isinstance(measured, int):
+        return measured
+    results, cycle_s = measured.steps, measured.cycle_s
     text = table(results)
     _show("")
     _show(text)
@@ -761,6 +970,101 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
             "call starts, shows none of it); the steady window leaves it out, but with calls "
             "arriving all the time it makes every call's packets late at each arrival.",
             "",
+        ]
+    )
+    return _write_report(output, report)
+
+
+def run_capacity_bench(
+    output: str, steps: Sequence[int], hold_s: float, profile_calls: int | None = None
+) -> int:
+    """``python -m agent bench capacity``: calls per core, the agent's pipeline vs pipecat's.
+
+    The worker runs on one core of its own (the first this process may use), so the calls
+    it carries are the calls per core; the stub models, sipp and this process share the
+    other cores, so they do not take the worker's time. Both pipelines run on the same SIP
+    stack, the same stub models and the same caller audio; only what is between the
+    transport's input and output differs (``plain_pipeline``). With ``profile_calls``,
+    one more worker per pipeline carries that many calls under py-spy
+    (``agent.bench_profile``).
+    """
+    cores = os.sched_getaffinity(0)
+    if len(cores) < 2:
+        _show("bench capacity needs two cores: one for the worker, one for the callers", True)
+        return 2
+    worker_core = min(cores)
+    # This process, and the stub server and sipp it starts, keep off the worker's core.
+    os.sched_setaffinity(0, cores - {worker_core})
+    try:
+        measured = _measure(PIPELINE_VARIANTS, steps, hold_s, {worker_core}, profile_calls)
+    finally:
+        os.sched_setaffinity(0, cores)
+    if isinstance(measured, int):
+        return measured
+    results, cycle_s = measured.steps, measured.cycle_s
+    text = table(results, column="pipeline")
+    _show("")
+    _show(text)
+    ours, plain = carried(results, "ours"), carried(results, "plain")
+    command = (
+        f"python -m agent bench capacity --steps {','.join(map(str, steps))} --hold {hold_s:g}"
+        + (f" --profile {profile_calls}" if profile_calls else "")
+    )
+    profiled = [
+        line
+        for name, (parts, total) in measured.profiles.items()
+        for line in (f"**{name}**, {profile_calls} calls:", "", profile_table(parts, total), "")
+    ]
+    if profiled:
+        _show("")
+        _show("\n".join(profiled))
+        profiled = [
+            "## Where the worker's CPU goes",
+            "",
+            f"One more worker per pipeline carried {profile_calls} calls under py-spy "
+            f"(`py-spy record --threads --nonblocking --rate {PROFILE_RATE}`), its samples "
+            "summed by part of the path (`agent/bench_profile.py`: each sample counts for "
+            "the innermost frame of its stack that belongs to a part; the loop's waits are "
+            "idle and left out).",
+            "",
+            *profiled,
+        ]
+    report = "\n".join(
+        [
+            "# Calls per core: the agent's pipeline vs pipecat's stock pipeline",
+            "",
+            f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with `{command}`.",
+            "",
+            f"**Calls per core** (the most calls one worker on one core carried while at least "
+            f"{TARGET:.1%} of its outgoing 20 ms packets left within {LIMIT_S * 1000:.0f} ms "
+            f"of their schedule): **{ours}** for the agent's pipeline, **{plain}** for "
+            "pipecat's stock pipeline on the same transport. Stepping stops at the first step "
+            "that fails (✗); the true figure lies between the last step passed and that one.",
+            "",
+            f"The worker process is pinned to core {worker_core}; the stub models (one "
+            "`infra/stub_server.py`), sipp and the bench share the other core(s). Each step is "
+            f"a fresh worker. sipp places the calls at {CALL_RATE} per second over our SIP "
+            "user agent and RTP engine, each streaming the caller's voice as RTP: "
+            f'"{CALLER_LINE}" every {cycle_s:.1f} s (Piper, looped). Once all are up the '
+            f"worker waits {SETTLE_S:g} s, then measures until the first call ends "
+            f"({hold_s:g} s). Lateness: the RTP pacer's wake-up against each packet's absolute "
+            "deadline, every packet the worker sent (a continuous 50 a second per call, "
+            "silence included; a slot skipped after a stall counts as late).",
+            "",
+            f"- **ours**: {PIPELINES['ours']}: VAD, smart-turn v3, STT, the conversation "
+            "policy, the output guard, the recording taps, TTS, the turn ledger and the "
+            "call records in SQLite; replies are the policy's templates (`LLM_MODE=templates`).",
+            f"- **plain**: {PIPELINES['plain']}: pipecat's VAD processor on the same VAD, its "
+            "default turn strategies, its context aggregators and OpenAI LLM service (the "
+            "stub's chat completions, every turn), our STT and TTS clients (the stubs speak "
+            "their protocols); nothing else.",
+            "",
+            "*worker CPU %*: the worker's CPU time over the window, in % of its one core; "
+            "*all CPU %*: every process on the machine.",
+            "",
+            text,
+            "",
+            *profiled,
         ]
     )
     return _write_report(output, report)

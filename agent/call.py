@@ -16,8 +16,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
-from pipecat.frames.frames import EndFrame, TTSSpeakFrame
+from pipecat.frames.frames import (
+    AudioRawFrame,
+    EndFrame,
+    Frame,
+    InputAudioRawFrame,
+    OutputAudioRawFrame,
+    TTSSpeakFrame,
+)
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
@@ -26,7 +32,7 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMUserAggregatorParams,
 )
 from pipecat.processors.audio.vad_processor import VADProcessor
-from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transports.base_transport import BaseTransport
 from pipecat.turns.empty_user_turn import EmptyUserTurnConfig
@@ -55,6 +61,7 @@ from agent.records import (
     new_call_id,
 )
 from agent.sessions import ServiceSessions
+from agent.smart_turn import SmartTurnAnalyzer
 from agent.store import StoreWriter
 from agent.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.tts import StreamingTTSService
@@ -105,6 +112,26 @@ class CallSummary:
     cost: CallCost | None = None
 
 
+class DropAudio(FrameProcessor):
+    """The end of the line for one kind of raw audio going downstream.
+
+    pipecat passes every frame on to the pipeline's end, so without it each of the 50
+    audio frames a second would hop through every processor after the last one that reads
+    it (for the caller's audio: smart-turn and the recording; for the agent's: the
+    recording), each hop a queue and a task switch.
+    """
+
+    def __init__(self, kind: type[AudioRawFrame]) -> None:
+        super().__init__(name=f"drop-{kind.__name__}")
+        self._kind = kind
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if direction is FrameDirection.DOWNSTREAM and isinstance(frame, self._kind):
+            return
+        await self.push_frame(frame, direction)
+
+
 class Call:
     """A call in progress; ``run()`` returns when it has ended and been written down."""
 
@@ -144,7 +171,7 @@ class Call:
         self._router: RoutedTTSService | None = None
         self._recorder: CallRecorder | None = None
 
-    def _build(self, turn_analyzer: LocalSmartTurnAnalyzerV3) -> tuple[PipelineWorker, TurnLedger]:
+    def _build(self, turn_analyzer: SmartTurnAnalyzer) -> tuple[PipelineWorker, TurnLedger]:
         settings, models = self._ctx.settings, self._ctx.models
         vad = VADProcessor(vad_analyzer=create_vad_analyzer(settings))
         stt = StreamingSTTService(
@@ -157,18 +184,25 @@ class Call:
         # With the policy behind it, the LLM server must begin to answer within the phrasing
         # deadline: a dead or hung one costs the caller that, not the client's retries.
         phrasing_deadline_s = settings.llm_phrase_deadline_ms / 1000.0
-        llm = ChatCompletionsLLMService(
-            sessions=self._ctx.sessions,
-            base_url=models.llm_url,
-            api_key=settings.llm_api_key,
-            model=settings.llm_model,
-            max_tokens=settings.llm_max_tokens,
-            system_instruction=self._ctx.prompts.system,
-            answer_timeout_s=phrasing_deadline_s
-            if settings.llm_mode == "phrase" and self.policy is not None
-            else None,
-            on_event=self._record_event,
+        # With the policy's templates (LLM_MODE=templates) no turn asks the LLM: it is left
+        # out of the pipeline, and no frame pays the hop through it.
+        llm = (
+            None
+            if self.policy is not None and settings.llm_mode == "templates"
+            else ChatCompletionsLLMService(
+                sessions=self._ctx.sessions,
+                base_url=models.llm_url,
+                api_key=settings.llm_api_key,
+                model=settings.llm_model,
+                max_tokens=settings.llm_max_tokens,
+                system_instruction=self._ctx.prompts.system,
+                answer_timeout_s=phrasing_deadline_s
+                if settings.llm_mode == "phrase" and self.policy is not None
+                else None,
+                on_event=self._record_event,
+            )
         )
+        llms: tuple[FrameProcessor, ...] = (llm,) if llm is not None else ()
         tts = self._build_tts()
         context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
         aggregators = LLMContextAggregatorPair(
@@ -184,7 +218,7 @@ class Call:
             ),
         )
         output = self._transport.output()
-        thinkers: tuple[FrameProcessor, ...] = (llm,)
+        thinkers = llms
         guard: list[FrameProcessor] = []
         if self.policy is not None:
             phrasing = (
@@ -197,7 +231,7 @@ class Call:
                 else None
             )
             self._policy_processor = PolicyProcessor(self.policy, self._record_event, phrasing)
-            thinkers = (self._policy_processor, llm)
+            thinkers = (self._policy_processor, *llms)
             guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
         # The recording taps the caller's audio after the policy, which judges the words
         # first (DOMAIN C11), and the agent's as it is played (agent/recording.py).
@@ -213,11 +247,13 @@ class Call:
                 aggregators.user(),
                 *thinkers[:1],
                 *heard,
+                DropAudio(InputAudioRawFrame),
                 *thinkers[1:],
                 *guard,
                 tts,
                 output,
                 *said,
+                DropAudio(OutputAudioRawFrame),
                 aggregators.assistant(),
             ]
         )
@@ -385,9 +421,9 @@ class Call:
 
     async def _run(self, on_started: Callable[[Call], object] | None) -> CallSummary:
         ctx = self._ctx
-        # Loading smart-turn's ONNX session takes ~40 ms of CPU: off the loop, so the
-        # calls in progress (their 20 ms audio senders) do not stall while one starts.
-        analyzer = await asyncio.to_thread(LocalSmartTurnAnalyzerV3)
+        # The first call loads smart-turn's ONNX session (~40 ms of CPU): off the loop, so
+        # the calls in progress do not stall meanwhile; the others share it.
+        analyzer = await asyncio.to_thread(SmartTurnAnalyzer)
         self._worker, ledger = self._build(analyzer)
         started_at = datetime.now(UTC)
         t0 = time.monotonic()

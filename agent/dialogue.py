@@ -17,7 +17,11 @@ sentence is still checked when it ends.
 In production mode (``agent.phrasing``) the policy processor sends the LLM a
 narrow request for the replies the LLM may phrase; the guard then speaks the
 policy's own text instead of the LLM's when the LLM gives nothing, or when one
-of its sentences is blocked (the rest of that response is dropped).
+of its sentences is blocked (the rest of that response is dropped). The guard
+holds the LLM's response-start frame back until the first words come (pipecat
+sends it before the request), so an answer past its deadline is dropped whole;
+the policy's text spoken at the deadline goes past the LLM, which holds whatever
+is queued behind the request it is still waiting on.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pipecat.frames.frames import (
+    DataFrame,
     EndWorkerFrame,
     Frame,
     FunctionCallsStartedFrame,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -42,7 +48,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.utils.string import match_endofsentence
 
 from agent.guard import GuardContext, OutputGuard
-from agent.phrasing import Phrasing
+from agent.phrasing import Phrasing, Push
 from agent.policy import ConversationPolicy, PolicyEvent, Reply
 
 logger = logging.getLogger(__name__)
@@ -51,6 +57,14 @@ logger = logging.getLogger(__name__)
 @dataclass
 class TemplateTextFrame(LLMTextFrame):
     """A fixed text of the policy: spoken verbatim, never rewritten by the guard."""
+
+
+@dataclass
+class PhraseRequestFrame(DataFrame):
+    """Goes through the LLM just ahead of phrasing request ``turn``: the LLM's next
+    response answers that request (the guard cannot tell otherwise which one it is)."""
+
+    turn: int
 
 
 EventSink = Callable[[PolicyEvent], None]
@@ -82,15 +96,21 @@ class PolicyProcessor(FrameProcessor):
             await self.speak(reply)
 
     async def speak(self, reply: Reply) -> None:
-        """Push ``reply`` as one agent response; end the call after it if it says so."""
+        """Push ``reply`` as one agent response; end the call after it if it says so.
+
+        Past the LLM while its request is dropped: it may still be waiting on it."""
         self.report_events()
+        phrasing = self._phrasing
+        push: Push = self.push_frame
+        if phrasing is not None and phrasing.expired and phrasing.past_llm is not None:
+            push = phrasing.past_llm
         if reply.texts:
-            await self.push_frame(LLMFullResponseStartFrame())
+            await push(LLMFullResponseStartFrame())
             for text in reply.texts:
-                await self.push_frame(TemplateTextFrame(text + " "))
-            await self.push_frame(LLMFullResponseEndFrame())
+                await push(TemplateTextFrame(text + " "))
+            await push(LLMFullResponseEndFrame())
         if reply.end_call:
-            await self.push_frame(EndWorkerFrame(reason=self.policy.disposition))
+            await push(EndWorkerFrame(reason=self.policy.disposition))
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
@@ -103,7 +123,9 @@ class PolicyProcessor(FrameProcessor):
                 self.report_events()
                 messages = frame.context.get_messages()
                 request = self._phrasing.context(messages, text, reply)
-                self.create_task(self._deadline(self._phrasing.turn), name="phrase_deadline")
+                turn = self._phrasing.turn
+                self.create_task(self._deadline(turn), name="phrase_deadline")
+                await self.push_frame(PhraseRequestFrame(turn))
                 await self.push_frame(LLMContextFrame(request))
             else:
                 await self.speak(reply)
@@ -158,27 +180,44 @@ class GuardProcessor(FrameProcessor):
         self._on_event = on_event
         self._guard = guard or OutputGuard()
         self._phrasing = phrasing
+        if phrasing is not None:
+            phrasing.past_llm = self.push_frame
         self._pending = ""
         #: How much of the sentence in ``_pending`` has gone ahead (its first clause).
         self._flushed = 0
         #: This response is the LLM phrasing a policy reply: what it has done so far.
         self._phrased = self._spoke = self._blocked = self._tool_called = False
+        #: The request the LLM's next response answers (``PhraseRequestFrame``), and the
+        #: one this response answers until its first words decide whether it is in time.
+        self._next_turn: int | None = None
+        self._turn: int | None = None
+        #: This response came too late: none of it goes on. Its held-back start frame.
+        self._late = False
+        self._held: LLMFullResponseStartFrame | None = None
 
     def _context(self) -> GuardContext:
         return GuardContext.for_account(self._policy.account, verified=self._policy.verified)
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, TemplateTextFrame):
+        if isinstance(frame, PhraseRequestFrame):
+            self._next_turn = frame.turn
+        elif isinstance(frame, InterruptionFrame):
+            self._next_turn = None  # its request went with the LLM's queue
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, TemplateTextFrame):
+            await self._open()  # a template response, whatever was announced
             await self.push_frame(frame, direction)
         elif isinstance(frame, LLMFullResponseStartFrame):
-            late = self._phrasing is not None and self._phrasing.expired
-            self._phrased = self._phrasing is not None and self._phrasing.claim()
-            self._spoke, self._blocked = False, late  # a late answer is dropped whole
+            self._turn, self._next_turn = self._next_turn, None
+            self._phrased = self._spoke = self._blocked = self._late = False
             self._pending, self._flushed = "", 0
-            await self.push_frame(frame, direction)
+            if self._turn is None:
+                await self.push_frame(frame, direction)
+            else:
+                self._held = frame  # the LLM has not begun: it has not even been asked
         elif isinstance(frame, LLMTextFrame):
-            if self._blocked:
+            if not await self._begin() or self._blocked:
                 return
             self._pending += frame.text
             while (end := match_endofsentence(self._pending)) > 0:
@@ -190,16 +229,38 @@ class GuardProcessor(FrameProcessor):
             self._tool_called = True
             await self.push_frame(frame, direction)
         elif isinstance(frame, LLMFullResponseEndFrame):
-            if self._pending.strip() and not self._blocked:
+            spoken = await self._begin()  # an answer without words has come too
+            if spoken and self._pending.strip() and not self._blocked:
                 await self._check_and_push(self._pending)
             self._pending = ""
-            if self._phrased:
+            if spoken and self._phrased:
                 await self._settle_phrasing()
             # Reset here, not at the start: a system frame can overtake the start frame.
             self._phrased = self._tool_called = False
-            await self.push_frame(frame, direction)
+            if spoken:
+                await self.push_frame(frame, direction)
         else:
             await self.push_frame(frame, direction)
+
+    async def _begin(self) -> bool:
+        """Whether this response goes on: an LLM phrasing does if its first words (or
+        its end) come in time for its request; a late one is dropped whole."""
+        if self._turn is None:
+            return not self._late
+        assert self._phrasing is not None
+        if not self._phrasing.begin(self._turn):
+            self._turn, self._held, self._late = None, None, True
+            return False
+        self._phrased = self._phrasing.pending is not None
+        await self._open()
+        return True
+
+    async def _open(self) -> None:
+        """Send the response's held-back start frame on, before its first words."""
+        self._turn = None
+        if self._held is not None:
+            held, self._held = self._held, None
+            await self.push_frame(held)
 
     async def _flush_first_clause(self) -> None:
         """Send the response's first clause ahead once it passes the guard on its own."""

@@ -11,9 +11,10 @@ it understood more than the rules did; each call is gated by
 words. Whatever the LLM writes still passes the output guard, and whenever its
 version is missing or blocked the policy's vetted text is spoken instead.
 
-The caller must never wait on it: when the LLM's first words have not come
-within ``deadline_s`` of the request, the policy's text is spoken and the LLM's
-late answer (text or tool call) is dropped.
+The caller must never wait on it: when the LLM's first words (its first text
+token or a tool call, not pipecat's response-start frame, which comes before the
+request is even sent) have not come within ``deadline_s`` of the request, the
+policy's text is spoken and the LLM's late answer (text or tool call) is dropped.
 
 The instruction is the last message, after the system prompt and the call so
 far, so the system part stays a stable prefix for the server's KV cache.
@@ -27,7 +28,7 @@ from typing import Any
 
 from pipecat.adapters.llm.schemas.function_schema import FunctionSchema
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
-from pipecat.frames.frames import FunctionCallResultProperties
+from pipecat.frames.frames import Frame, FunctionCallResultProperties
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import FunctionCallParams
 
@@ -68,6 +69,7 @@ TOOL_HINT = (
 )
 
 Speak = Callable[[Reply], Awaitable[None]]
+Push = Callable[[Frame], Awaitable[None]]
 
 
 class Phrasing:
@@ -78,6 +80,8 @@ class Phrasing:
     settles it (the policy's answer to the tool is spoken instead). ``turn`` counts
     the requests, so a deadline set for one never fires on the next; ``expired``
     says the current one missed its deadline and whatever the LLM says is dropped.
+    ``past_llm`` (bound by the guard) is where the policy's texts go while that is
+    so: the LLM holds every frame queued behind the request it is still waiting on.
     """
 
     def __init__(
@@ -92,7 +96,9 @@ class Phrasing:
         self.turn = 0
         self.expired = False
         self._started = False
+        self._request: LLMContext | None = None
         self._speak: Speak | None = None
+        self.past_llm: Push | None = None
 
     def bind(self, speak: Speak) -> None:
         """Where the policy's answer to a tool call is spoken (its events go with it)."""
@@ -110,7 +116,8 @@ class Phrasing:
         messages.append({"role": "user", "content": self.instruction(caller_text, reply.phrase)})
         names = self.policy.tools()
         tools = ToolsSchema(standard_tools=[self._schema(n) for n in names])
-        return LLMContext(messages=messages, tools=tools)
+        self._request = LLMContext(messages=messages, tools=tools)
+        return self._request
 
     def instruction(self, caller_text: str, reference: str) -> str:
         policy, account = self.policy, self.policy.account
@@ -142,7 +149,7 @@ class Phrasing:
 
     async def _gate(self, params: FunctionCallParams) -> None:
         """A tool call of the LLM: the policy decides, its answer is what is spoken."""
-        if self.expired:
+        if self.expired or params.context is not self._request:  # late, or an older request's
             logger.info("LLM called %s after the turn's deadline: dropped", params.function_name)
             await params.result_callback(
                 {"allowed": False, "reason": "too late: the agent has answered already"},
@@ -164,12 +171,13 @@ class Phrasing:
         if self._speak is not None:
             await self._speak(outcome.reply)
 
-    def claim(self) -> bool:
-        """The LLM's response begins: True if it phrases the pending reply in time."""
-        if self.expired:
+    def begin(self, turn: int) -> bool:
+        """The LLM's first words (or its end) for request ``turn`` came: True if in time,
+        and its deadline then passes quietly; False if they are late and to be dropped."""
+        if turn != self.turn or self.expired:
             return False
         self._started = True
-        return self.pending is not None
+        return True
 
     def expire(self, turn: int) -> Reply | None:
         """The deadline of request ``turn`` passed: the reply to speak now, if the LLM

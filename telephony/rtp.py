@@ -9,7 +9,9 @@ that arrive after their turn, and tolerates a new SSRC; audio comes out of ``rea
 frame per packet (16-bit PCM at 8 kHz plus the G.711 bytes as received), DTMF digits out of
 ``read_dtmf()``. Only packets from the negotiated remote address are accepted.
 
-Outbound, one packet leaves every 20 ms on absolute monotonic deadlines. When the agent is
+Outbound, one packet leaves every 20 ms on absolute monotonic deadlines, sent from the
+process's pacer thread (``telephony.pacer``) so that a busy event loop does not make it
+late; what the loop and that thread share is behind a lock. When the agent is
 not speaking the session sends G.711 silence rather than nothing: PBXs and carriers hang up
 calls whose RTP stops (Asterisk's ``rtptimeout``, trunk media-inactivity timers), NAT bindings
 expire, and sipp's ``-rtp_echo`` has nothing to echo otherwise. So the stream is continuous
@@ -23,13 +25,16 @@ import ipaddress
 import logging
 import math
 import random
+import socket
+import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from aiortc.rtp import RtpPacket, is_rtcp
 
 from telephony import dtmf, g711
+from telephony.pacer import PACER, Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +103,7 @@ class RtpStats:
     ssrc_changes: int = 0
     #: Inbound frames dropped because nobody was reading.
     overflow: int = 0
-    #: Outgoing slots skipped after the event loop stalled past MAX_CATCH_UP packets.
+    #: Outgoing slots skipped after the machine stalled past MAX_CATCH_UP packets.
     skipped: int = 0
     lateness: LatenessHistogram = field(default_factory=LatenessHistogram)
 
@@ -226,8 +231,15 @@ class _Protocol(asyncio.DatagramProtocol):
 class RtpSession:
     """One call's RTP stream; see the module docstring."""
 
-    def __init__(self, transport: asyncio.DatagramTransport, max_queued_frames: int = 50) -> None:
+    def __init__(
+        self,
+        transport: asyncio.DatagramTransport,
+        sock: socket.socket,
+        max_queued_frames: int = 50,
+    ) -> None:
         self._transport = transport
+        #: The pacer thread sends on the socket itself: asyncio's transport is the loop's.
+        self._socket = sock
         self.stats = RtpStats()
         self.remote: tuple[str, int] | None = None
         self.codec = "PCMU"
@@ -242,14 +254,21 @@ class RtpSession:
         self._gap_timer: asyncio.TimerHandle | None = None
         self._strangers_seen: set[tuple[str, int]] = set()
         self._out = bytearray()
+        #: Held by the pacer thread while it sends a slot, and by the loop to change what
+        #: that reads: the audio queued, and whether the socket is still open.
+        self._lock = threading.Lock()
         self._room = asyncio.Event()
+        #: ``wait_queued_below``'s threshold while it waits (the pacer sets ``_room``).
+        self._room_below: float | None = None
         self._dtmf_out: deque[tuple[list[dtmf.TelephoneEvent], asyncio.Future[None]]] = deque()
         self._ssrc = random.getrandbits(32)
         self._seq = random.getrandbits(16)
         self._ts0 = random.getrandbits(32)
         self._marker = True
         self._event_ts: int | None = None
-        self._sender: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._schedule: Schedule | None = None
+        self._last_slot = -1
         self._closed = False
 
     @classmethod
@@ -265,15 +284,18 @@ class RtpSession:
             else list(range(port_range[0] + port_range[0] % 2, port_range[1] + 1, 2))
         )
         error: OSError | None = None
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         for candidate in ports:
+            sock = socket.socket(family, socket.SOCK_DGRAM)
             try:
-                transport, protocol = await loop.create_datagram_endpoint(
-                    _Protocol, local_addr=(host, candidate)
-                )
+                sock.bind((host, candidate))
+                sock.setblocking(False)
+                transport, protocol = await loop.create_datagram_endpoint(_Protocol, sock=sock)
             except OSError as e:
+                sock.close()
                 error = e
                 continue
-            session = cls(transport)
+            session = cls(transport, sock)
             protocol.session = session
             return session
         raise OSError(f"no free RTP port on {host} in {port_range or port}: {error}")
@@ -294,8 +316,9 @@ class RtpSession:
         self.update(
             remote=remote, codec=codec, dtmf_payload_type=dtmf_payload_type, direction=direction
         )
-        if self._sender is None:
-            self._sender = asyncio.get_running_loop().create_task(self._send_loop())
+        if self._schedule is None and not self._closed:
+            self._loop = asyncio.get_running_loop()
+            self._schedule = PACER.add(self, PACKET_S, MAX_CATCH_UP)
 
     def update(
         self,
@@ -413,7 +436,8 @@ class RtpSession:
 
     def write(self, pcm16_8k: bytes) -> None:
         """Queue agent audio (16-bit little-endian mono at 8 kHz) to be sent in order."""
-        self._out.extend(pcm16_8k)
+        with self._lock:
+            self._out.extend(pcm16_8k)
         self._room.clear()
 
     @property
@@ -424,11 +448,13 @@ class RtpSession:
         """Return once less than ``seconds`` of audio waits to be sent (back-pressure)."""
         while self.queued_s >= seconds and not self._closed:
             self._room.clear()
+            self._room_below = seconds
             await self._room.wait()
 
     def clear(self) -> None:
         """Drop the audio not yet sent (barge-in)."""
-        self._out.clear()
+        with self._lock:
+            self._out.clear()
         self._room.set()
 
     async def send_dtmf(self, digit: str, duration_ms: int = 100) -> None:
@@ -441,52 +467,59 @@ class RtpSession:
         self._dtmf_out.append((events, done))
         await done
 
-    async def _send_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        slot = 0
-        while True:
-            deadline = start + slot * PACKET_S
-            delay = deadline - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            late = loop.time() - deadline
-            if late > MAX_CATCH_UP * PACKET_S:
-                skip = int(late / PACKET_S)
-                self.stats.skipped += skip
-                slot += skip
-                late -= skip * PACKET_S
-                self._marker = True
-            self._send_slot(slot, late)
-            slot += 1
+    def _on_loop(self, callback: Callable[[], object]) -> None:
+        """Run ``callback`` on the session's event loop (from the pacer thread)."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(callback)
 
-    def _send_slot(self, slot: int, late: float) -> None:
+    def _settle(self, done: asyncio.Future[None], error: Exception | None = None) -> None:
+        def settle() -> None:
+            if done.done():
+                return
+            if error is None:
+                done.set_result(None)
+            else:
+                done.set_exception(error)
+
+        self._on_loop(settle)
+
+    def send_slot(self, slot: int, late_s: float) -> None:
+        """Send slot ``slot``'s packet; the pacer thread calls it every 20 ms."""
+        with self._lock:
+            if not self._closed:
+                self._send_slot(slot, late_s)
+
+    def _send_slot(self, slot: int, late_s: float) -> None:
+        if slot != self._last_slot + 1 and self._last_slot >= 0:
+            self.stats.skipped += slot - self._last_slot - 1
+            self._marker = True
+        self._last_slot = slot
         timestamp = (self._ts0 + slot * SAMPLES_PER_PACKET) & 0xFFFFFFFF
         sending = self.direction in ("sendrecv", "sendonly") and self.remote is not None
         if self._dtmf_out:
             events, done = self._dtmf_out[0]
             if not sending or self.dtmf_payload_type is None:
                 self._dtmf_out.popleft()
-                if not done.done():
-                    done.set_exception(ValueError("the call is on hold; DTMF not sent"))
+                self._settle(done, ValueError("the call is on hold; DTMF not sent"))
                 return
             first = self._event_ts is None
             if self._event_ts is None:
                 self._event_ts = timestamp
             event = events.pop(0)
             self._send(
-                self.dtmf_payload_type, self._event_ts, event.pack(), marker=first, late=late
+                self.dtmf_payload_type, self._event_ts, event.pack(), marker=first, late=late_s
             )
             if not events:
                 self._dtmf_out.popleft()
                 self._event_ts = None
-                if not done.done():
-                    done.set_result(None)
+                self._settle(done)
             return
         chunk = bytes(self._out[:PCM_BYTES_PER_PACKET]).ljust(PCM_BYTES_PER_PACKET, b"\0")
         del self._out[:PCM_BYTES_PER_PACKET]
-        if len(self._out) < PCM_BYTES_PER_PACKET * 3:
-            self._room.set()
+        below = self._room_below
+        if below is not None and self.queued_s < below:
+            self._room_below = None
+            self._on_loop(self._room.set)
         if not sending:
             return
         marker, self._marker = self._marker, False
@@ -495,14 +528,19 @@ class RtpSession:
             timestamp,
             g711.encode(self.codec, chunk),
             marker=marker,
-            late=late,
+            late=late_s,
         )
 
     def _send(self, pt: int, timestamp: int, payload: bytes, *, marker: bool, late: float) -> None:
-        assert self.remote is not None
+        remote = self.remote
+        assert remote is not None
         packet = RtpPacket(pt, int(marker), self._seq, timestamp, self._ssrc, payload)
         self._seq = (self._seq + 1) & 0xFFFF
-        self._transport.sendto(packet.serialize(), self.remote)
+        try:
+            self._socket.sendto(packet.serialize(), remote)
+        except OSError as e:  # a full buffer or an unreachable peer: this packet is lost
+            logger.debug("RTP packet to %s not sent: %s", remote, e)
+            return
         self.stats.packets_out += 1
         self.stats.lateness.record(late)
 
@@ -510,15 +548,12 @@ class RtpSession:
         """Stop sending, release the port, and end ``read()``/``read_dtmf()``."""
         if self._closed:
             return
-        self._closed = True
+        with self._lock:  # no packet is on its way out once this is set
+            self._closed = True
         if self._gap_timer is not None:
             self._gap_timer.cancel()
-        if self._sender is not None:
-            self._sender.cancel()
-            try:
-                await self._sender
-            except asyncio.CancelledError:
-                pass
+        if self._schedule is not None:
+            PACER.remove(self._schedule)
         for _, done in self._dtmf_out:
             if not done.done():
                 done.set_exception(RtpClosed("the RTP session is closed"))

@@ -1,4 +1,4 @@
-"""``bench sip``: a short run on both transports writes a complete, sane report.
+"""``bench sip`` and ``bench capacity``: short runs write complete, sane reports.
 
 No timing is asserted: on a shared CI machine the figures are whatever they are; the
 test checks that they were measured (packets counted, CPU read) and reported.
@@ -6,11 +6,12 @@ test checks that they were measured (packets counted, CPU read) and reported.
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
 
-from agent.bench_sip import Packets, _window, run_sip_bench
+from agent.bench_sip import Packets, _window, run_capacity_bench, run_sip_bench
 from telephony.rtp import LatenessHistogram
 
 COLUMNS = (
@@ -80,3 +81,25 @@ def test_the_window_is_the_difference_of_two_snapshots_and_skipped_slots_are_lat
     packets = Packets.from_counts(counts, skipped, max_s=0.006)
     # 7 of 9 sent within 5 ms, and the skipped slot counts among the late: 7 of 10.
     assert packets.within == pytest.approx(0.7)
+
+
+@pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_capacity_compares_both_pipelines_and_profiles_them(tmp_path):
+    output = tmp_path / "capacity.md"
+
+    assert run_capacity_bench(str(output), [1], 3, profile_calls=1) == 0
+
+    report = output.read_text()
+    header, rows = _rows(report)
+    assert header[0] == "pipeline"
+    assert [row[0] for row in rows if len(row) == len(header)] == ["ours", "plain"]
+    for row in rows[:2]:
+        cells = dict(zip(header, row, strict=True))
+        assert int(cells["packets"]) > 0, row  # each pipeline's calls were carried
+    assert "**Calls per core**" in report
+    assert "python -m agent bench capacity --steps 1 --hold 3 --profile 1" in report
+    # Both profiles found the worker busy on the per-frame path.
+    assert report.count("| RTP out (pacer thread) |") == 2
+    assert report.count("| VAD |") == 2
+    assert os.sched_getaffinity(0) == set(range(os.cpu_count() or 1))  # given back

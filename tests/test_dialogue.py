@@ -21,7 +21,13 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
-from agent.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame, first_clause_end
+from agent.dialogue import (
+    GuardProcessor,
+    PhraseRequestFrame,
+    PolicyProcessor,
+    TemplateTextFrame,
+    first_clause_end,
+)
 from agent.llm import ChatCompletionsLLMService
 from agent.phrasing import Phrasing
 from agent.policy import TOOLS, ConversationPolicy, Templates
@@ -112,9 +118,11 @@ async def test_in_phrase_mode_a_negotiation_question_goes_to_the_llm_with_its_to
     processor = PolicyProcessor(p, events.append, Phrasing(p, PROMPTS.turn))
     context = LLMContext(messages=[{"role": "user", "content": "I can do twenty dollars a month."}])
     down, _ = await run_test(
-        processor, frames_to_send=[LLMContextFrame(context)], expected_down_frames=[LLMContextFrame]
+        processor,
+        frames_to_send=[LLMContextFrame(context)],
+        expected_down_frames=[PhraseRequestFrame, LLMContextFrame],  # the marker first
     )
-    request = down[0].context
+    request = down[1].context
     assert "$50 a month" in request.get_messages()[-1]["content"]
     assert [t.name for t in request.tools.standard_tools] == list(TOOLS)
     assert "offer_outside_envelope" in [e.kind for e in events]  # reported before the LLM runs
@@ -140,7 +148,13 @@ async def run_guard(phrasing: Phrasing, *frames) -> tuple[list[str], list]:
     events = []
     guard = GuardProcessor(phrasing.policy, events.append, phrasing=phrasing)
     down, _ = await run_test(
-        guard, frames_to_send=[LLMFullResponseStartFrame(), *frames, LLMFullResponseEndFrame()]
+        guard,
+        frames_to_send=[
+            PhraseRequestFrame(phrasing.turn),  # as the policy processor sends it
+            LLMFullResponseStartFrame(),
+            *frames,
+            LLMFullResponseEndFrame(),
+        ],
     )
     return [f.text.strip() for f in down if isinstance(f, LLMTextFrame)], events
 
@@ -290,6 +304,140 @@ async def test_when_the_llm_misses_its_deadline_the_policy_speaks_and_the_late_a
     spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
     assert len(spoken) == 1 and "$50 a month" in spoken[0], spoken
     assert phrasing.expired
+
+
+class StreamingLLM:
+    """An OpenAI-compatible server that is up at once (its headers come first) but
+    streams its text only after ``first_s``: a live, slow model."""
+
+    def __init__(self, *pieces: str, first_s: float, between_s: float = 0.0) -> None:
+        self.pieces, self.first_s, self.between_s = pieces, first_s, between_s
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        await asyncio.sleep(self.first_s)
+        deltas = [({"role": "assistant", "content": p}, None) for p in self.pieces]
+        for i, (delta, finish) in enumerate([*deltas, ({}, "stop")]):
+            if i:
+                await asyncio.sleep(self.between_s)
+            chunk = {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "scripted",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+
+class Heard(FrameProcessor):
+    """The end of the pipeline: what reaches the TTS, and when (loop time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[tuple[float, str]] = []
+        self.responses = 0  # start frames, less end frames: 0 once each response has ended
+
+    async def process_frame(self, frame, direction):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, LLMTextFrame):
+            self.texts.append((asyncio.get_running_loop().time(), frame.text.strip()))
+        elif isinstance(frame, LLMFullResponseStartFrame | LLMFullResponseEndFrame):
+            self.responses += 1 if isinstance(frame, LLMFullResponseStartFrame) else -1
+        await self.push_frame(frame, direction)
+
+
+async def through_the_openai_service(server_llm, deadline_s: float, *turns, wait_s: float):
+    """Caller turns (``(seconds after the previous one, words)``) through PolicyProcessor,
+    the real LLM service on a loopback server and the guard, as agent.call builds them:
+    what was heard, in seconds from the first turn, and the phrasing."""
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", server_llm)
+    server = TestServer(app)
+    await server.start_server()
+    sessions = ServiceSessions()
+    p = verified_policy(min_installment=50)
+    phrasing = Phrasing(p, PROMPTS.turn, deadline_s=deadline_s)
+    llm = ChatCompletionsLLMService(
+        sessions=sessions,
+        base_url=str(server.make_url("/v1")),
+        api_key="none",
+        model="scripted",
+        max_tokens=40,
+        system_instruction="You are the agent.",
+        answer_timeout_s=deadline_s,
+    )
+    heard = Heard()
+    pipeline = Pipeline(
+        [
+            PolicyProcessor(p, lambda e: None, phrasing),
+            llm,
+            GuardProcessor(p, lambda e: None, phrasing=phrasing),
+            heard,
+        ]
+    )
+    frames = []
+    for after_s, words in turns:
+        frames += [SleepFrame(after_s)] if after_s else []
+        frames.append(LLMContextFrame(LLMContext(messages=[{"role": "user", "content": words}])))
+    start = asyncio.get_running_loop().time()
+    try:
+        await run_test(pipeline, frames_to_send=[*frames, SleepFrame(wait_s)])
+    finally:
+        await sessions.close()
+        await server.close()
+    assert heard.responses == 0  # a late answer's start frame went no further either
+    return [(round(at - start, 2), text) for at, text in heard.texts], phrasing
+
+
+OFFER = "I can do twenty dollars a month."
+#: What the policy answers OFFER with (the LLM's reference, and the fallback).
+MINIMUM = "The smallest monthly payment I can set up is $50 a month. Would that work for you?"
+NO_CARDS = "Please don't read card numbers aloud. We will send you a secure payment link instead."
+
+
+async def test_a_live_llm_slow_to_its_first_words_misses_the_deadline():
+    """The server answers at once but its first token comes after 1 s: the policy's
+    text is spoken at the deadline, and the LLM's late words never."""
+    slow = StreamingLLM("Late words ", "from the model.", first_s=1.0)
+    heard, phrasing = await through_the_openai_service(slow, 0.2, (0, OFFER), wait_s=1.5)
+    assert [text for _, text in heard] == [MINIMUM], heard
+    assert heard[0][0] < 0.5, heard  # the deadline, not the LLM's 1 s
+    assert phrasing.expired
+
+
+async def test_an_llm_whose_first_words_come_in_time_is_spoken_to_its_end():
+    """The first token within the deadline wins the turn, however long the rest takes."""
+    llm = StreamingLLM(
+        "The lowest monthly amount is fifty dollars. ",
+        "Could that work?",
+        first_s=0.05,
+        between_s=0.4,
+    )
+    heard, phrasing = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0)
+    assert [text for _, text in heard] == [
+        "The lowest monthly amount is fifty dollars.",
+        "Could that work?",
+    ], heard
+    assert not phrasing.expired
+
+
+async def test_a_late_answer_claims_no_later_turn_and_holds_up_no_policy_text():
+    """Turn 1's late words come while turn 2 waits behind it in the LLM: they count for
+    neither turn, and turn 2's deadline still fires. The policy's texts for both, and
+    for a turn 3 it answers itself (at 0.9 s), are spoken on time, not after the LLM."""
+    slow = StreamingLLM("Late words ", "from the model.", first_s=1.0)
+    card = "My card number is 4111 1111 1111 1111."
+    heard, _ = await through_the_openai_service(
+        slow, 0.2, (0, OFFER), (0.5, OFFER), (0.4, card), wait_s=2.5
+    )
+    assert [text for _, text in heard][:3] == [MINIMUM, MINIMUM, NO_CARDS] and len(heard) == 4
+    limits = (0.5, 1.0, 1.2, 1.2)  # the LLM's words would come at 1 s, then 2 s
+    assert all(at < limit for (at, _), limit in zip(heard, limits, strict=True)), heard
 
 
 async def test_the_first_clause_goes_ahead_and_the_whole_sentence_is_still_checked():

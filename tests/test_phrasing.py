@@ -66,7 +66,8 @@ async def test_a_tool_call_is_gated_by_the_policy_and_its_answer_is_spoken():
     p = phrasing(*VERIFY, min_installment=50)
     spoken, results = [], []
     p.bind(lambda reply: _append(spoken, reply))
-    p.pending = p.policy.on_caller_turn("I can maybe pay something.")
+    text = "I can maybe pay something."
+    request = p.context([], text, p.policy.on_caller_turn(text))
 
     async def result_callback(result, *, properties=None):
         results.append((result, properties.run_llm))
@@ -75,6 +76,7 @@ async def test_a_tool_call_is_gated_by_the_policy_and_its_answer_is_spoken():
         SimpleNamespace(
             function_name="record_promise",
             arguments={"amount": 20, "date": "2026-12-10", "method": "check", "monthly": True},
+            context=request,
             result_callback=result_callback,
         )
     )
@@ -95,10 +97,10 @@ async def _append(into, reply):
 async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
     p = phrasing(*VERIFY, min_installment=50)
     reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
-    p.context([], "I can do twenty dollars a month.", reply)
+    request = p.context([], "I can do twenty dollars a month.", reply)
     assert p.expire(p.turn - 1) is None  # an earlier request's deadline never fires here
     assert p.expire(p.turn) is reply and p.expired
-    assert not p.claim()  # the LLM's words, when they come, are dropped
+    assert not p.begin(p.turn)  # the LLM's words, when they come, are dropped
     spoken, results = [], []
     p.bind(lambda r: _append(spoken, r))
 
@@ -108,7 +110,10 @@ async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
     args = {"amount": 300, "date": "2026-12-10", "method": "check"}
     await p._gate(
         SimpleNamespace(
-            function_name="record_promise", arguments=args, result_callback=result_callback
+            function_name="record_promise",
+            arguments=args,
+            context=request,
+            result_callback=result_callback,
         )
     )
     assert results[0]["allowed"] is False and "too late" in results[0]["reason"]
@@ -119,5 +124,40 @@ def test_once_the_llm_has_begun_the_deadline_passes_quietly():
     p = phrasing(*VERIFY, min_installment=50)
     reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
     p.context([], "I can do twenty dollars a month.", reply)
-    assert p.claim()
+    assert p.begin(p.turn)
     assert p.expire(p.turn) is None and not p.expired
+
+
+def two_requests() -> tuple[Phrasing, object]:
+    """A phrasing on its second request, and the first request's context."""
+    p = phrasing(*VERIFY, min_installment=50)
+    first = p.context([], "Hmm.", p.policy.on_caller_turn("I can do twenty dollars a month."))
+    p.context([], "Okay.", p.policy.on_caller_turn("I can do twenty dollars a month."))
+    return p, first
+
+
+def test_an_older_requests_late_words_do_not_begin_the_next():
+    p, _ = two_requests()
+    reply = p.pending
+    assert not p.begin(p.turn - 1)
+    assert p.expire(p.turn) is reply  # not begun: the older request's words did not count
+
+
+async def test_an_older_requests_late_tool_call_is_dropped():
+    p, first = two_requests()
+    results = []
+
+    async def result_callback(result, *, properties=None):
+        results.append(result)
+
+    args = {"amount": 300, "date": "2026-12-10", "method": "check"}
+    await p._gate(
+        SimpleNamespace(
+            function_name="record_promise",
+            arguments=args,
+            context=first,
+            result_callback=result_callback,
+        )
+    )
+    assert results[0]["allowed"] is False and p.policy.promise is None
+    assert p.pending is not None  # the current request still waits for its phrasing
