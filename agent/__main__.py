@@ -127,6 +127,12 @@ def _parser() -> argparse.ArgumentParser:
     turn.add_argument(
         "--only", choices=("cpu", "stub"), help="run one configuration instead of both"
     )
+    turn.add_argument(
+        "--baseline",
+        metavar="REPORT",
+        help="an earlier report of this command (say, run at an older commit) to show as "
+        "'before' beside this run",
+    )
     guard = benches.add_parser(
         "guard",
         help="cost of the output guard per sentence and of understanding per caller turn, "
@@ -185,8 +191,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     capacity.add_argument("--output", default="docs/benchmarks/capacity.md", help="where to write")
     from agent.bench_console import add_calls_parser
+    from agent.bench_endpoint import add_endpoint_parser
 
     add_calls_parser(benches)
+    add_endpoint_parser(benches)
     return parser
 
 
@@ -247,6 +255,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_demo_command(settings, args)
     if args.command == "dial":
         return _dial(settings, args)
+    if args.command == "bench" and args.bench == "endpoint":
+        from agent.bench_endpoint import run_endpoint_command
+
+        return run_endpoint_command(args, settings)
     if args.command == "bench" and args.bench == "calls":
         from agent.bench_console import run_calls_command
 
@@ -281,12 +293,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return run_pooling_bench(args.requests, args.output)
     if args.command == "bench":
-        from agent.bench import run_turn_bench
+        from agent.bench import baseline_section, run_turn_bench
 
         if args.turns < 1:
             print("--turns must be at least 1", file=sys.stderr)
             return 2
-        return asyncio.run(run_turn_bench(settings, args.turns, args.output, args.only))
+        baseline = None
+        if args.baseline:
+            try:
+                baseline = baseline_section(Path(args.baseline).read_text())
+            except (OSError, ValueError) as e:
+                print(f"--baseline {args.baseline}: {e}", file=sys.stderr)
+                return 2
+        return asyncio.run(run_turn_bench(settings, args.turns, args.output, args.only, baseline))
     return 2
 
 

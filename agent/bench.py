@@ -409,7 +409,24 @@ async def run_stt_bench(
     return 0
 
 
-async def run_turn_bench(settings: Settings, turns: int, output: str, only: str | None) -> int:
+def baseline_section(report: str) -> str:
+    """An earlier ``bench turn`` report as a section to show beside a new run: its
+    "Measured ..." line and its table. ``ValueError`` if ``report`` is not one."""
+    lines = report.splitlines()
+    measured = next((line for line in lines if line.startswith("Measured ")), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith("| part (ms)")), None)
+    if measured is None or start is None:
+        raise ValueError("not a `bench turn` report (no 'Measured' line or no table)")
+    end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i])
+    counted = [line for line in lines[end:] if line.startswith("Turns measured")][:1]
+    return "\n".join(
+        ["## Before (the baseline report)", "", measured, "", *lines[start:end], "", *counted]
+    )
+
+
+async def run_turn_bench(
+    settings: Settings, turns: int, output: str, only: str | None, baseline: str | None = None
+) -> int:
     configs = [only] if only else list(CONFIGS)
     # Benchmark calls go to their own database unless one is configured explicitly.
     if "DATABASE_URL" not in os.environ:
@@ -442,6 +459,7 @@ async def run_turn_bench(settings: Settings, turns: int, output: str, only: str 
             "",
             text,
             "",
+            *([baseline, ""] if baseline else []),
         ]
     )
     _write_report(output, report)

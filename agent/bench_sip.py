@@ -852,6 +852,8 @@ async def _run(
                 "SIP_HOST": "127.0.0.1",
                 "TTS_FALLBACK": "none",
                 "LLM_MODE": "templates",
+                # The worker must not turn calls away (503) before the criterion does.
+                "MAX_CALLS": str(max([*steps, profile_calls or 0])),
             }
             for variant in variants:
                 for calls in steps:

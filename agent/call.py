@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
+from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.frames.frames import (
     AudioRawFrame,
     EndFrame,
@@ -423,7 +424,8 @@ class Call:
         ctx = self._ctx
         # The first call loads smart-turn's ONNX session (~40 ms of CPU): off the loop, so
         # the calls in progress do not stall meanwhile; the others share it.
-        analyzer = await asyncio.to_thread(SmartTurnAnalyzer)
+        params = SmartTurnParams(stop_secs=ctx.settings.turn_fallback_secs)
+        analyzer = await asyncio.to_thread(SmartTurnAnalyzer, params=params)
         self._worker, ledger = self._build(analyzer)
         started_at = datetime.now(UTC)
         t0 = time.monotonic()

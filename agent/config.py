@@ -58,6 +58,13 @@ def _positive(env: dict[str, str], name: str, default: int) -> int:
     return value
 
 
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    value = _float(env, name, default)
+    if value <= 0:
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value:g}")
+    return value
+
+
 def _bool(env: dict[str, str], name: str, default: bool) -> bool:
     raw = (env.get(name) or "").strip().lower()
     if raw == "":
@@ -199,6 +206,9 @@ class Settings:
     vad_aggressiveness: int = 2
     vad_start_secs: float = 0.2
     vad_stop_secs: float = 0.2
+    #: Silence after which a turn smart-turn still calls unfinished ends anyway (pipecat's
+    #: default is 3 s: docs/benchmarks/endpointing.md measures what 1 s costs and saves).
+    turn_fallback_secs: float = 1.0
     audio_in_sample_rate: int = 16000
     audio_out_sample_rate: int = 16000
     # Cost accounting.
@@ -302,6 +312,7 @@ class Settings:
             vad_aggressiveness=aggressiveness,
             vad_start_secs=_float(env, "VAD_START_SECS", 0.2),
             vad_stop_secs=_float(env, "VAD_STOP_SECS", 0.2),
+            turn_fallback_secs=_seconds(env, "TURN_FALLBACK_SECS", 1.0),
             price_book=Path(price_book) if price_book else None,
             price_profile=env.get("PRICE_PROFILE", "embedded-cpu"),
             prompt_version=env.get("PROMPT_VERSION", "collections-v1"),

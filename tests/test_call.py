@@ -76,3 +76,34 @@ async def test_what_the_consumer_says_reaches_the_pre_dial_gate(cpu_models, db_u
         at = datetime(2026, 12, 8, 18, 0, tzinfo=UTC)
         decision = check(session, DialRequest(debt.id, "+12065550117", at))
     assert not decision.allowed and decision.rule == "D7", decision
+
+
+async def test_drop_audio_ends_one_kind_of_raw_audio_going_downstream_only():
+    from pipecat.frames.frames import (
+        InputAudioRawFrame,
+        OutputAudioRawFrame,
+        TextFrame,
+        TTSAudioRawFrame,
+    )
+    from pipecat.processors.frame_processor import FrameDirection
+    from pipecat.tests.utils import run_test
+
+    from agent.call import DropAudio
+
+    audio = b"\0\0" * 160
+    await run_test(
+        DropAudio(OutputAudioRawFrame),
+        frames_to_send=[
+            OutputAudioRawFrame(audio, 8000, 1),
+            TTSAudioRawFrame(audio, 8000, 1),  # an agent's audio of another class: dropped too
+            InputAudioRawFrame(audio, 8000, 1),  # the other kind goes on
+            TextFrame("said"),
+        ],
+        expected_down_frames=[InputAudioRawFrame, TextFrame],
+    )
+    await run_test(  # upstream is not its business
+        DropAudio(OutputAudioRawFrame),
+        frames_to_send=[OutputAudioRawFrame(audio, 8000, 1)],
+        frames_to_send_direction=FrameDirection.UPSTREAM,
+        expected_up_frames=[OutputAudioRawFrame],
+    )

@@ -39,6 +39,8 @@ def test_model_urls_together():
         ({"VAD_AGGRESSIVENESS": "7"}, "VAD_AGGRESSIVENESS"),
         ({"PORT": "eighty"}, "PORT must be an integer"),
         ({"VAD_STOP_SECS": "soon"}, "VAD_STOP_SECS must be a number"),
+        ({"TURN_FALLBACK_SECS": "0"}, "TURN_FALLBACK_SECS must be a positive number"),
+        ({"TURN_FALLBACK_SECS": "later"}, "TURN_FALLBACK_SECS must be a number"),
         ({"LLM_MODE": "free"}, "LLM_MODE must be one of"),
         ({"SIP_PORT": "70000"}, "SIP_PORT must be"),
         ({"SIP_ALLOW": "10.0.0.0/8,trunk"}, "SIP_ALLOW: 'trunk'"),
