@@ -184,6 +184,12 @@ def _parser() -> argparse.ArgumentParser:
         "--hold", type=float, default=20.0, help="seconds all calls are measured together (>= 1)"
     )
     capacity.add_argument(
+        "--baseline",
+        metavar="REPORT",
+        help="an earlier report of this command (say, run at an older commit) to show as "
+        "'before' beside this run",
+    )
+    capacity.add_argument(
         "--profile",
         type=int,
         metavar="CALLS",
@@ -275,7 +281,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.bench == "sip":
             return run_sip_bench(args.output, steps, args.hold)
-        return run_capacity_bench(args.output, steps, args.hold, args.profile)
+        baseline = None
+        if args.baseline:
+            from agent.bench import baseline_section
+
+            try:
+                text = Path(args.baseline).read_text()
+                baseline = baseline_section(text, "capacity", "| pipeline")
+            except (OSError, ValueError) as e:
+                print(f"--baseline {args.baseline}: {e}", file=sys.stderr)
+                return 2
+        return run_capacity_bench(args.output, steps, args.hold, args.profile, baseline)
     if args.command == "bench" and args.bench == "stt":
         return _stt_bench(args)
     if args.command == "bench" and args.bench == "guard":

@@ -409,14 +409,15 @@ async def run_stt_bench(
     return 0
 
 
-def baseline_section(report: str) -> str:
-    """An earlier ``bench turn`` report as a section to show beside a new run: its
-    "Measured ..." line and its table. ``ValueError`` if ``report`` is not one."""
+def baseline_section(report: str, bench: str = "turn", head: str = "| part (ms)") -> str:
+    """An earlier ``bench`` report as a section to show beside a new run: its "Measured
+    ..." line and its first table (the one whose first line starts with ``head``).
+    ``ValueError`` if ``report`` is not one."""
     lines = report.splitlines()
     measured = next((line for line in lines if line.startswith("Measured ")), None)
-    start = next((i for i, line in enumerate(lines) if line.startswith("| part (ms)")), None)
+    start = next((i for i, line in enumerate(lines) if line.startswith(head)), None)
     if measured is None or start is None:
-        raise ValueError("not a `bench turn` report (no 'Measured' line or no table)")
+        raise ValueError(f"not a `bench {bench}` report (no 'Measured' line or no table)")
     end = next(i for i in range(start, len(lines) + 1) if i == len(lines) or not lines[i])
     counted = [line for line in lines[end:] if line.startswith("Turns measured")][:1]
     return "\n".join(

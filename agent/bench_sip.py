@@ -978,7 +978,11 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
 
 
 def run_capacity_bench(
-    output: str, steps: Sequence[int], hold_s: float, profile_calls: int | None = None
+    output: str,
+    steps: Sequence[int],
+    hold_s: float,
+    profile_calls: int | None = None,
+    baseline: str | None = None,
 ) -> int:
     """``python -m agent bench capacity``: calls per core, the agent's pipeline vs pipecat's.
 
@@ -1066,6 +1070,7 @@ def run_capacity_bench(
             "",
             text,
             "",
+            *([baseline, ""] if baseline else []),
             *profiled,
         ]
     )

@@ -274,6 +274,9 @@ class Call:
             ),
             observers=[ledger],
             enable_rtvi=False,
+            # The ledger tracks the turns: pipecat's tracker would be one more observer
+            # that every frame, at every processor, is queued for.
+            enable_turn_tracking=False,
             idle_timeout_secs=None,
             conversation_id=self.id,
         )
@@ -422,10 +425,8 @@ class Call:
 
     async def _run(self, on_started: Callable[[Call], object] | None) -> CallSummary:
         ctx = self._ctx
-        # The first call loads smart-turn's ONNX session (~40 ms of CPU): off the loop, so
-        # the calls in progress do not stall meanwhile; the others share it.
         params = SmartTurnParams(stop_secs=ctx.settings.turn_fallback_secs)
-        analyzer = await asyncio.to_thread(SmartTurnAnalyzer, params=params)
+        analyzer = SmartTurnAnalyzer(params=params)  # its model is the worker's one
         self._worker, ledger = self._build(analyzer)
         started_at = datetime.now(UTC)
         t0 = time.monotonic()

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 
+from agent import smart_turn
 from agent.call import CallContext, ModelEndpoints
 from agent.config import Settings
 from agent.pricebook import PriceBook
@@ -97,6 +98,8 @@ class AgentRuntime:
         tts_voice = await _describe(sessions.session("tts"), urls[2], "voice")
         models = ModelEndpoints(*urls, stt_model=stt_model, tts_voice=tts_voice)
         logger.info("models: STT %s, LLM %s, TTS %s", *urls)
+        # The end-of-turn model's process, loaded before the first call waits for it.
+        await asyncio.to_thread(smart_turn.warm_up, settings.audio_in_sample_rate)
         breaker = None
         if settings.tts_fallback != "none":
             breaker = CircuitBreaker(

@@ -1,31 +1,73 @@
-"""pipecat's smart-turn v3 end-of-turn model, with one ONNX session for all of a worker's calls.
+"""pipecat's smart-turn v3 end-of-turn model, run for all of a worker's calls in one helper
+process.
 
 ``LocalSmartTurnAnalyzerV3`` loads its model into a new ONNX Runtime session for every
 analyzer, and a call needs an analyzer of its own (it holds the call's audio): each call
-start cost ~40 ms of CPU and a session's memory. An ONNX Runtime session may be run from
-several threads at once, so here the session is built once per process and every call's
-analyzer runs on it; the per-call state stays in the analyzer.
+start cost ~40 ms of CPU and a session's memory. Its prediction (Whisper features in
+numpy, then the model) is also the largest single cost of a call on the worker (a third
+of its CPU with stub models: ``bench capacity --profile``), and run in a thread of the
+worker it holds the GIL in long stretches, which makes the RTP pacer late.
+
+So the analyzer here keeps the call's state in the worker and sends each prediction (the
+turn's audio, at most 8 s) to a helper process that holds the one model: the worker's
+thread waits without the GIL, and the kernel, not the GIL, shares the core between the
+pacer and the model.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+import numpy as np
 from pipecat.audio.turn.smart_turn.base_smart_turn import BaseSmartTurn
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
+logger = logging.getLogger(__name__)
+
 
 @functools.cache
-def _session() -> Any:
-    """The bundled model's session, built as pipecat builds it."""
-    return LocalSmartTurnAnalyzerV3()._session
+def _model(sample_rate: int) -> LocalSmartTurnAnalyzerV3:
+    """In the helper process: pipecat's analyzer, for its model and its prediction."""
+    return LocalSmartTurnAnalyzerV3(sample_rate=sample_rate)
+
+
+def _predict(audio: np.ndarray, sample_rate: int) -> dict[str, Any]:
+    """In the helper process: pipecat's own prediction for one turn's audio."""
+    model = _model(sample_rate)
+    model.set_sample_rate(sample_rate)
+    return model._predict_endpoint(audio)
+
+
+@functools.cache
+def helper() -> ProcessPoolExecutor:
+    """The worker's smart-turn process (spawned: the worker has threads; one per worker)."""
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+def warm_up(sample_rate: int) -> None:
+    """Start the helper and load the model before the first call needs it (~2 s)."""
+    helper().submit(_predict, np.zeros(sample_rate // 10, dtype=np.float32), sample_rate).result()
 
 
 class SmartTurnAnalyzer(LocalSmartTurnAnalyzerV3):
-    """One call's smart-turn v3 analyzer on the process's shared session."""
+    """One call's smart-turn v3 analyzer: its state here, its model in the helper process."""
 
     def __init__(self, **kwargs: Any) -> None:
-        BaseSmartTurn.__init__(self, **kwargs)  # the state; the model is the shared one
+        BaseSmartTurn.__init__(self, **kwargs)  # the state; no model of its own
         self._log_data = False
-        self._session = _session()
+
+    def _predict_endpoint(self, audio_array: np.ndarray) -> dict[str, Any]:
+        # Called in the analyzer's own thread: it waits here without holding the GIL.
+        rate = self._sample_rate or 16000
+        try:
+            result: dict[str, Any] = helper().submit(_predict, audio_array, rate).result()
+        except BrokenProcessPool:  # the helper died (killed, out of memory): a new one
+            logger.warning("the smart-turn process died; starting another")
+            helper.cache_clear()
+            result = helper().submit(_predict, audio_array, rate).result()
+        return result
