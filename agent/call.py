@@ -187,23 +187,22 @@ class Call:
         phrasing_deadline_s = settings.llm_phrase_deadline_ms / 1000.0
         # With the policy's templates (LLM_MODE=templates) no turn asks the LLM: it is left
         # out of the pipeline, and no frame pays the hop through it.
-        llm = (
-            None
-            if self.policy is not None and settings.llm_mode == "templates"
-            else ChatCompletionsLLMService(
-                sessions=self._ctx.sessions,
-                base_url=models.llm_url,
-                api_key=settings.llm_api_key,
-                model=settings.llm_model,
-                max_tokens=settings.llm_max_tokens,
-                system_instruction=self._ctx.prompts.system,
-                answer_timeout_s=phrasing_deadline_s
-                if settings.llm_mode == "phrase" and self.policy is not None
-                else None,
-                on_event=self._record_event,
+        llms: tuple[FrameProcessor, ...] = ()
+        if self.policy is None or settings.llm_mode != "templates":
+            llms = (
+                ChatCompletionsLLMService(
+                    sessions=self._ctx.sessions,
+                    base_url=models.llm_url,
+                    api_key=settings.llm_api_key,
+                    model=settings.llm_model,
+                    max_tokens=settings.llm_max_tokens,
+                    system_instruction=self._ctx.prompts.system,
+                    answer_timeout_s=phrasing_deadline_s
+                    if settings.llm_mode == "phrase" and self.policy is not None
+                    else None,
+                    on_event=self._record_event,
+                ),
             )
-        )
-        llms: tuple[FrameProcessor, ...] = (llm,) if llm is not None else ()
         tts = self._build_tts()
         context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
         aggregators = LLMContextAggregatorPair(

@@ -2,8 +2,9 @@
 
 The database is migrated and its writer started, calls left ``active`` by a
 process that died are marked, the model servers are found (or, with no URLs
-configured, the embedded CPU servers are started) and the price book and
-prompts are loaded. The server, the simulator and the benchmark all start here.
+configured, the embedded CPU servers are started), the end-of-turn model's
+process is started (``agent.smart_turn``) and the price book and prompts are
+loaded. The server, the simulator and the benchmark all start here.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 import asyncio
 import datetime as dt
 import json
+from typing import Any
 
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -198,6 +199,20 @@ async def test_a_tool_call_settles_the_turn_without_the_fallback():
     assert spoken == []
 
 
+async def _write_chunk(
+    response: web.StreamResponse, delta: dict[str, Any], finish: str | None
+) -> None:
+    """One OpenAI chat-completion chunk as a server-sent event."""
+    chunk = {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "scripted",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+
 class ToolCallingLLM:
     """An OpenAI-compatible server that answers every request with one tool call."""
 
@@ -219,14 +234,7 @@ class ToolCallingLLM:
             ({"role": "assistant", "tool_calls": [call]}, None),
             ({}, "tool_calls"),
         ]:
-            chunk = {
-                "id": "c1",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": "scripted",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await _write_chunk(response, delta, finish)
         await response.write(b"data: [DONE]\n\n")
         return response
 
@@ -322,14 +330,7 @@ class StreamingLLM:
         for i, (delta, finish) in enumerate([*deltas, ({}, "stop")]):
             if i:
                 await asyncio.sleep(self.between_s)
-            chunk = {
-                "id": "c1",
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": "scripted",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            await _write_chunk(response, delta, finish)
         await response.write(b"data: [DONE]\n\n")
         return response
 

@@ -64,23 +64,15 @@ def test_the_request_replaces_the_caller_turn_and_offers_only_the_allowed_tools(
 
 async def test_a_tool_call_is_gated_by_the_policy_and_its_answer_is_spoken():
     p = phrasing(*VERIFY, min_installment=50)
-    spoken, results = [], []
+    spoken = []
     p.bind(lambda reply: _append(spoken, reply))
     text = "I can maybe pay something."
     request = p.context([], text, p.policy.on_caller_turn(text))
 
-    async def result_callback(result, *, properties=None):
-        results.append((result, properties.run_llm))
-
-    await p._gate(
-        SimpleNamespace(
-            function_name="record_promise",
-            arguments={"amount": 20, "date": "2026-12-10", "method": "check", "monthly": True},
-            context=request,
-            result_callback=result_callback,
-        )
+    result, run_llm = await _call_tool(
+        p, request, amount=20, date="2026-12-10", method="check", monthly=True
     )
-    assert results[0][0]["allowed"] is False and results[0][1] is False  # no second LLM turn
+    assert result["allowed"] is False and run_llm is False  # no second LLM turn
     assert p.policy.promise is None and "$50 a month" in spoken[0].texts[0]
     assert p.take_fallback() is None  # the tool's answer replaced the pending reply
 
@@ -94,6 +86,25 @@ async def _append(into, reply):
     into.append(reply)
 
 
+async def _call_tool(p, context, **arguments):
+    """The LLM calls record_promise with ``arguments`` for request ``context``: what the
+    gate answered it, and whether it asked for another LLM turn."""
+    results = []
+
+    async def result_callback(result, *, properties=None):
+        results.append((result, properties.run_llm if properties else None))
+
+    await p._gate(
+        SimpleNamespace(
+            function_name="record_promise",
+            arguments=arguments,
+            context=context,
+            result_callback=result_callback,
+        )
+    )
+    return results[0]
+
+
 async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
     p = phrasing(*VERIFY, min_installment=50)
     reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
@@ -101,22 +112,11 @@ async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
     assert p.expire(p.turn - 1) is None  # an earlier request's deadline never fires here
     assert p.expire(p.turn) is reply and p.expired
     assert not p.begin(p.turn)  # the LLM's words, when they come, are dropped
-    spoken, results = [], []
+    spoken = []
     p.bind(lambda r: _append(spoken, r))
 
-    async def result_callback(result, *, properties=None):
-        results.append(result)
-
-    args = {"amount": 300, "date": "2026-12-10", "method": "check"}
-    await p._gate(
-        SimpleNamespace(
-            function_name="record_promise",
-            arguments=args,
-            context=request,
-            result_callback=result_callback,
-        )
-    )
-    assert results[0]["allowed"] is False and "too late" in results[0]["reason"]
+    result, _ = await _call_tool(p, request, amount=300, date="2026-12-10", method="check")
+    assert result["allowed"] is False and "too late" in result["reason"]
     assert spoken == [] and p.policy.promise is None
 
 
@@ -145,19 +145,6 @@ def test_an_older_requests_late_words_do_not_begin_the_next():
 
 async def test_an_older_requests_late_tool_call_is_dropped():
     p, first = two_requests()
-    results = []
-
-    async def result_callback(result, *, properties=None):
-        results.append(result)
-
-    args = {"amount": 300, "date": "2026-12-10", "method": "check"}
-    await p._gate(
-        SimpleNamespace(
-            function_name="record_promise",
-            arguments=args,
-            context=first,
-            result_callback=result_callback,
-        )
-    )
-    assert results[0]["allowed"] is False and p.policy.promise is None
+    result, _ = await _call_tool(p, first, amount=300, date="2026-12-10", method="check")
+    assert result["allowed"] is False and p.policy.promise is None
     assert p.pending is not None  # the current request still waits for its phrasing
