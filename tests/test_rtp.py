@@ -112,8 +112,9 @@ async def test_the_gap_timer_releases_packets_behind_a_loss(session: RtpSession)
 
 async def test_pacing_sends_consecutive_sequence_and_timestamps(session: RtpSession) -> None:
     callee = await peer()
-    session.start(callee.address, "PCMU", 101)
+    # Queued first: the pacer thread sends the first slot the moment the session starts.
     session.write(tone(160 * 3))
+    session.start(callee.address, "PCMU", 101)
     packets = [await callee.packets.get() for _ in range(6)]
     seqs = [p.sequence_number for p in packets]
     assert seqs == [(seqs[0] + i) & 0xFFFF for i in range(6)]
