@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 from aiohttp import web
 from fastapi import FastAPI, WebSocket
 from pipecat.frames.frames import OutputAudioRawFrame
@@ -66,11 +67,13 @@ from agent.bench_profile import table as profile_table
 from agent.call import CallContext
 from agent.config import Settings
 from agent.embedded import ModelServers, ServerProcess, ServerStartError, free_port
+from agent.quantiles import percentile
 from agent.runtime import AgentRuntime
 from infra.serving import parse_server_arguments, server_arguments
 from telephony import g711
 from telephony.media_stream import CARRIER_SAMPLE_RATE, parse_start
-from telephony.rtp import PACKET_S, LatenessHistogram, RtpSession, RtpStats
+from telephony.rtp import PACKET_S, RtpFrame, RtpSession, RtpStats
+from telephony.rtp_sender import MAX_UNDERRUN_SLOTS, SENDER, LatenessHistogram
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +90,8 @@ PROFILE_RATE = 200
 #: The acceptance criterion: this share of outgoing packets leaves within LIMIT_S.
 LIMIT_S = 0.005
 TARGET = 0.999
+#: A step's answers may be this much slower (p95) than with the run's fewest calls.
+ANSWER_SLACK_MS = 100.0
 #: New calls per second on both transports, during ramp-up and ramp-down.
 CALL_RATE = 10
 #: The caller's line, spoken by Piper between two pauses and looped: the agent greets, the
@@ -102,6 +107,11 @@ POLL_S = 0.02
 #: The window opens this long after the last call is up: building a call's pipeline holds
 #: the event loop (see the report), which is the ramp-up's story, not the steady state's.
 SETTLE_S = 1.0
+#: A caller's packet this loud (RMS of 16-bit samples) is voice: the bench's caller is
+#: Piper's speech between stretches of digital silence.
+VOICED_RMS = 300.0
+#: The agent's audio after this long without any starts a new utterance: an answer.
+ANSWER_GAP_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SIPP_SCENARIO = """<?xml version="1.0" encoding="ISO-8859-1" ?>
 <!-- One bench call: streams caller.ulaw (looped) for -d milliseconds, then hangs up. -->
@@ -225,32 +235,99 @@ class _MeteredWebsocketTransport(FastAPIWebsocketTransport):
         )
 
 
-def _snapshot(meters: Sequence[RtpStats]) -> list[tuple[list[int], int]]:
-    """Each call's lateness bucket counts and skipped slots now (copies: cheap, so the
-    loop the calls share is not held up; they are added up after the calls end)."""
-    return [(list(stats.lateness.counts), stats.skipped) for stats in meters]
+class _TimedSession(RtpSession):
+    """A call's RTP session that also times each of the agent's answers where the worker
+    meets the network: from the caller's last voiced packet received to the first packet
+    of the agent's answer handed to the sender (which sends it in the next 20 ms slot).
+    The same measure for both pipelines, whatever their turn logic."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answers_ms: list[float] = []
+        self._heard_at: float | None = None
+        self._saying_until = 0.0
+
+    def _put_frame(self, frame: RtpFrame) -> None:
+        if not frame.concealed and _rms(frame.pcm) >= VOICED_RMS:
+            self._heard_at = time.monotonic()
+        super()._put_frame(frame)
+
+    def write(self, pcm16_8k: bytes) -> None:
+        now = time.monotonic()
+        heard = self._heard_at
+        if now > self._saying_until + ANSWER_GAP_S and heard is not None:
+            self.answers_ms.append(1000 * (now - heard))  # a new utterance answers it
+            self._heard_at = None
+        self._saying_until = max(self._saying_until, now) + len(pcm16_8k) / 2 / 8000
+        super().write(pcm16_8k)
+
+
+class _Sessions(list[RtpSession]):
+    """The RTP sessions of a worker's calls, kept as the UA's media factory opens them."""
+
+    async def open(self, rtp_host: str) -> RtpSession:
+        session = await _TimedSession.open(rtp_host, port=0)
+        self.append(session)
+        return session
+
+
+def _rms(pcm: bytes) -> float:
+    samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32)
+    return float(np.sqrt(np.mean(samples * samples))) if len(samples) else 0.0
+
+
+#: What one meter has counted so far: lateness buckets, skipped slots, underruns, answers.
+Reading = tuple[list[int], int, int, list[float]]
+
+
+def _stats(meter: RtpStats | RtpSession) -> RtpStats:
+    return meter.stats if isinstance(meter, RtpSession) else meter
+
+
+async def _read(meter: RtpStats | RtpSession) -> Reading:
+    """A meter's counts now (the sender's, asked for, when it is a call's RTP session)."""
+    stats = await meter.refresh_stats() if isinstance(meter, RtpSession) else meter
+    answers = list(meter.answers_ms) if isinstance(meter, _TimedSession) else []
+    return list(stats.lateness.counts), stats.skipped, stats.underruns, answers
+
+
+async def _snapshot(meters: Sequence[RtpStats | RtpSession]) -> list[Reading]:
+    """Every call's counts now (copies; added up after the calls end)."""
+    return list(await asyncio.gather(*(_read(meter) for meter in meters)))
 
 
 def _window(
-    started: list[tuple[list[int], int]], ended: list[tuple[list[int], int]]
-) -> tuple[list[int], int]:
-    """Bucket counts and skipped slots of all calls between two snapshots."""
+    started: list[Reading], ended: list[Reading]
+) -> tuple[list[int], int, int, list[float]]:
+    """Bucket counts, skipped slots, underruns and answers of all calls between two
+    snapshots."""
     counts = [0] * (LatenessHistogram.BUCKETS + 1)
-    skipped = 0
-    empty = ([0] * len(counts), 0)
-    for i, (counts1, skipped1) in enumerate(ended):
-        counts0, skipped0 = started[i] if i < len(started) else empty
+    skipped = underruns = 0
+    answers: list[float] = []
+    empty: Reading = ([0] * len(counts), 0, 0, [])
+    for i, (counts1, skipped1, underruns1, answers1) in enumerate(ended):
+        counts0, skipped0, underruns0, answers0 = started[i] if i < len(started) else empty
         for bucket, (a, b) in enumerate(zip(counts0, counts1, strict=True)):
             counts[bucket] += b - a
         skipped += skipped1 - skipped0
-    return counts, skipped
+        underruns += underruns1 - underruns0
+        answers += answers1[len(answers0) :]
+    return counts, skipped, underruns, answers
 
 
-def _busy_cpu_s() -> float:
-    """CPU seconds all processes on this machine have used since boot (Linux)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+def _busy_cpu_s(cpus: set[int] | None = None) -> float:
+    """CPU seconds the machine's cores (or only ``cpus``) have been busy since boot (Linux)."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    if cpus is None:
+        rows = [lines[0]]
+    else:
+        rows = [line for line in lines if line.split()[0] in {f"cpu{c}" for c in cpus}]
+    busy = 0
+    for row in rows:
+        fields = [int(v) for v in row.split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        busy += sum(fields[:8]) - idle
+    return busy / os.sysconf("SC_CLK_TCK")
 
 
 async def _until(condition: Callable[[], bool], deadline: float, waiting_for: str) -> None:
@@ -262,40 +339,53 @@ async def _until(condition: Callable[[], bool], deadline: float, waiting_for: st
 
 
 async def _carry(
-    live: Callable[[], int], calls: int, meters: list[RtpStats], timeout_s: float
+    live: Callable[[], int],
+    calls: int,
+    meters: Sequence[RtpStats | RtpSession],
+    timeout_s: float,
 ) -> dict[str, Any]:
     """Wait for ``calls`` calls at once, measure until the first ends, wait for the rest."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     most = 0
+    core = os.sched_getaffinity(0)
 
     def all_up() -> bool:
         nonlocal most
         most = max(most, live())
         return most >= calls
 
+    def now() -> tuple[float, float, float, float]:
+        return time.monotonic(), time.process_time(), _busy_cpu_s(), _busy_cpu_s(core)
+
     try:
         await _until(all_up, deadline, f"{calls} calls at once")
     except BenchError:
         raise BenchError(f"only {most} of {calls} calls were up at once") from None
     await asyncio.sleep(SETTLE_S)
-    started = (time.monotonic(), time.process_time(), _busy_cpu_s(), _snapshot(meters))
+    started, opened = now(), await _snapshot(meters)
     logger.info("%d calls up: window open", calls)
     await _until(lambda: live() < calls, deadline, "the first call to end")
-    ended = (time.monotonic(), time.process_time(), _busy_cpu_s(), _snapshot(meters))
+    ended, closed = now(), await _snapshot(meters)
     logger.info("a call ended: window closed after %.1f s", ended[0] - started[0])
     await _until(lambda: live() == 0, deadline, "all calls to end")
-    counts, skipped = _window(started[3], ended[3])
-    ramp_counts, ramp_skipped = _window([], started[3])
+    counts, skipped, underruns, answers = _window(opened, closed)
+    ramp_counts, ramp_skipped, ramp_underruns, _ = _window([], opened)
     return {
         "calls": calls,
         "window_s": ended[0] - started[0],
         "cpu_s": ended[1] - started[1],
         "machine_cpu_s": ended[2] - started[2],
+        "core_cpu_s": ended[3] - started[3],
         "counts": counts,
         "skipped": skipped,
+        "underruns": underruns,
+        "answers_ms": answers,
         "ramp_counts": ramp_counts,
         "ramp_skipped": ramp_skipped,
-        "max_s": max((stats.lateness.max_s for stats in meters), default=0.0),
+        "ramp_underruns": ramp_underruns,
+        # The calls' worst over their whole life (their sessions are closed: final counts).
+        "max_s": max((_stats(m).lateness.max_s for m in meters), default=0.0),
+        "realtime": SENDER.refused is None,
     }
 
 
@@ -306,16 +396,11 @@ async def _sip_worker(
 
     app = make_app(ctx)
     runner = web.AppRunner(app, access_log=None)
-    meters: list[RtpStats] = []
-
-    async def metered_rtp(rtp_host: str) -> RtpSession:
-        session = await RtpSession.open(rtp_host, port=0)
-        meters.append(session.stats)
-        return session
+    meters = _Sessions()
 
     try:
         await runner.setup()  # starts the SIP endpoint on SIP_PORT
-        app[SIP].media = metered_rtp  # the UA's media factory: the default, plus a note
+        app[SIP].media = meters.open  # the UA's media factory: the default, timed and kept
         site = web.TCPSite(runner, host, port)  # /health: the bench waits for it
         await site.start()
         return await _carry(lambda: len(app[CALLS].tasks()), calls, meters, timeout_s)
@@ -380,13 +465,8 @@ async def _plain_sip_worker(
 
     from telephony.sip.ua import SipCall, SipEndpoint
 
-    meters: list[RtpStats] = []
+    meters = _Sessions()
     live: set[str] = set()
-
-    async def metered_rtp(rtp_host: str) -> RtpSession:
-        session = await RtpSession.open(rtp_host, port=0)
-        meters.append(session.stats)
-        return session
 
     async def on_call(line: SipCall) -> None:
         await line.answer()
@@ -415,7 +495,7 @@ async def _plain_sip_worker(
 
     assert ctx.settings.sip_port is not None
     endpoint = SipEndpoint(
-        ctx.settings.sip_host, ctx.settings.sip_port, on_call=on_call, media=metered_rtp
+        ctx.settings.sip_host, ctx.settings.sip_port, on_call=on_call, media=meters.open
     )
 
     async def healthy(_request: web.Request) -> web.Response:
@@ -527,26 +607,29 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
 
 @dataclasses.dataclass
 class Packets:
-    """Outgoing packets of all calls over a stretch of time: their lateness, skipped slots."""
+    """Outgoing packets of all calls over a stretch of time: their lateness, the slots
+    skipped, and the slots sent as silence because the agent's audio came too late."""
 
     lateness: LatenessHistogram
     skipped: int
+    underruns: int = 0
 
     @classmethod
-    def from_counts(cls, counts: list[int], skipped: int, max_s: float) -> Packets:
-        lateness = LatenessHistogram()
-        lateness.counts = list(counts)
-        lateness.count = sum(counts)
-        lateness.max_s = max_s  # the calls' worst over their whole life: only ≥100 ms shows it
-        return cls(lateness, skipped)
+    def from_counts(
+        cls, counts: list[int], skipped: int, max_s: float, underruns: int = 0
+    ) -> Packets:
+        # max_s: the calls' worst over their whole life, so only ≥100 ms shows it.
+        return cls(LatenessHistogram.from_counts(counts, max_s), skipped, underruns)
 
     @property
     def within(self) -> float:
-        """Share that left within LIMIT_S; a slot the RTP sender skipped counts as late."""
+        """Share that left within LIMIT_S carrying the audio due: a slot the RTP sender
+        skipped, or sent as silence in an underrun, counts as late."""
         sent = self.lateness.count
         if not sent + self.skipped:
             return 0.0
-        return self.lateness.fraction_within(LIMIT_S) * sent / (sent + self.skipped)
+        on_time = self.lateness.fraction_within(LIMIT_S) * sent - self.underruns
+        return max(0.0, on_time) / (sent + self.skipped)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -566,36 +649,68 @@ PIPELINE_VARIANTS = tuple(Variant(p, "sip", p) for p in PIPELINES)
 
 @dataclasses.dataclass
 class Step:
-    """One step: ``calls`` carried at once; the window's packets and CPU, the ramp-up's."""
+    """One step: ``calls`` carried at once; the window's packets, answers and CPU, the
+    ramp-up's packets."""
 
     variant: str
     calls: int
     window_s: float
     cpu_s: float
     machine_cpu_s: float
+    core_cpu_s: float
     window: Packets
     ramp: Packets
+    answers_ms: list[float]
+    #: The caller's lines in the window, each owed an answer (calls x whole cycles).
+    lines: int
+    #: Whether the worker's RTP sender had real-time priority.
+    realtime: bool = False
+    #: The answer p95 of the variant's lightest step in the run (None: this is that step).
+    reference_ms: float | None = None
 
     @classmethod
-    def from_json(cls, variant: str, data: dict[str, Any]) -> Step:
+    def from_json(cls, variant: str, data: dict[str, Any], cycle_s: float) -> Step:
         return cls(
             variant,
             data["calls"],
             data["window_s"],
             data["cpu_s"],
             data["machine_cpu_s"],
-            Packets.from_counts(data["counts"], data["skipped"], data["max_s"]),
-            Packets.from_counts(data["ramp_counts"], data["ramp_skipped"], data["max_s"]),
+            data["core_cpu_s"],
+            Packets.from_counts(data["counts"], data["skipped"], data["max_s"], data["underruns"]),
+            Packets.from_counts(
+                data["ramp_counts"], data["ramp_skipped"], data["max_s"], data["ramp_underruns"]
+            ),
+            data["answers_ms"],
+            data["calls"] * int(data["window_s"] / cycle_s),
+            data.get("realtime", False),
         )
 
     @property
+    def answer_p95_ms(self) -> float:
+        """The answers' p95, a line left unanswered counting as never answered (inf)."""
+        missing = max(0, self.lines - len(self.answers_ms))
+        values = [*self.answers_ms, *[math.inf] * missing]
+        return percentile(values, 0.95) if values else math.inf
+
+    @property
     def passed(self) -> bool:
-        return self.window.lateness.count > 0 and self.window.within >= TARGET
+        """Its packets on time with their audio, and its answers as quick as the lightest
+        step's but for ANSWER_SLACK_MS."""
+        on_time = self.window.lateness.count > 0 and self.window.within >= TARGET
+        reference = self.answer_p95_ms if self.reference_ms is None else self.reference_ms
+        return on_time and self.answer_p95_ms <= reference + ANSWER_SLACK_MS
 
     @property
     def cpu_percent(self) -> float:
         """The worker's CPU over the window, in % of one core."""
         return 100 * self.cpu_s / self.window_s
+
+    @property
+    def core_percent(self) -> float:
+        """How busy the worker's cores were over the window (all processes on them), in %
+        of one core."""
+        return 100 * self.core_cpu_s / self.window_s
 
 
 def _caller_audio() -> bytes:
@@ -713,7 +828,7 @@ def _launch_worker(
         spy = py_spy()
         if spy is None:
             raise BenchError("py-spy is not installed (pip install '.[dev]')")
-        sampler = [spy, "record", "--threads", "--nonblocking", "--format", "raw"]
+        sampler = [spy, "record", "--threads", "--subprocesses", "--nonblocking", "--format", "raw"]
         command = [*sampler, "--rate", str(PROFILE_RATE), "--output", str(profile), "--", *command]
     full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     full_env["PYTHONPATH"] = os.pathsep.join(
@@ -774,7 +889,7 @@ async def _step(
     data = json.loads(result.read_text()) if result.exists() else {"error": "no result"}
     if "error" in data:
         raise BenchError(f"{variant.name}, {calls} calls: {data['error']}\n{worker.log_tail()}")
-    return Step.from_json(variant.name, data)
+    return Step.from_json(variant.name, data, len(audio) / CARRIER_SAMPLE_RATE)
 
 
 def _percent(share: float) -> str:
@@ -791,22 +906,29 @@ def table(steps: Sequence[Step], column: str = "transport") -> str:
     """Markdown table: one row per variant (``column`` names them) and step."""
     cores = os.cpu_count() or 1
     rows = [
-        f"| {column} | calls | packets | p50 ms | p99 ms | p99.9 ms | within 5 ms "
-        f"| worker CPU % | all CPU % (of {100 * cores}) | ramp-up: within 5 ms "
-        "| ramp-up: max ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {column} | calls | packets | underruns | p50 ms | p99 ms | p99.9 ms | within 5 ms "
+        "| answered | answer p50 ms | answer p95 ms | worker CPU % | worker's core CPU % "
+        f"| all CPU % (of {100 * cores}) | ramp-up: within 5 ms | ramp-up: max ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in steps:
         h = s.window.lateness
         mark = "" if s.passed else " ✗"
+        p50 = f"{percentile(s.answers_ms, 0.5):.0f}" if s.answers_ms else "–"
         rows.append(
-            f"| {s.variant} | {s.calls} | {h.count} | {_ms(h.percentile(50))} "
-            f"| {_ms(h.percentile(99))} | {_ms(h.percentile(99.9))} "
-            f"| {_percent(s.window.within)}{mark} | {s.cpu_percent:.0f} "
+            f"| {s.variant} | {s.calls} | {h.count} | {s.window.underruns} "
+            f"| {_ms(h.percentile(50))} | {_ms(h.percentile(99))} | {_ms(h.percentile(99.9))} "
+            f"| {_percent(s.window.within)}{mark} | {len(s.answers_ms)}/{s.lines} | {p50} "
+            f"| {_answer_ms(s.answer_p95_ms)} "
+            f"| {s.cpu_percent:.0f} | {s.core_percent:.0f} "
             f"| {100 * s.machine_cpu_s / s.window_s:.0f} | {_percent(s.ramp.within)} "
             f"| {_ms(s.ramp.lateness.percentile(100))} |"
         )
     return "\n".join(rows)
+
+
+def _answer_ms(ms: float) -> str:
+    return "∞" if math.isinf(ms) else f"{ms:.0f}"
 
 
 def carried(steps: Sequence[Step], variant: str) -> int:
@@ -826,6 +948,8 @@ class Run:
     steps: list[Step]
     cycle_s: float
     profiles: dict[str, tuple[Counter[str], int]]
+    #: Whether the workers' RTP senders had real-time priority (all of them).
+    realtime: bool
 
 
 async def _run(
@@ -856,13 +980,20 @@ async def _run(
                 "MAX_CALLS": str(max([*steps, profile_calls or 0])),
             }
             for variant in variants:
+                lightest: Step | None = None
                 for calls in steps:
                     step = await _step(variant, calls, hold_s, workdir, env, audio, worker_cpus)
+                    if lightest is None:
+                        lightest = step
+                    else:
+                        step.reference_ms = lightest.answer_p95_ms
                     results.append(step)
                     _show(
                         f"  [{variant.name}] {calls} calls: {step.window.lateness.count} "
                         f"packets, {_percent(step.window.within)} within "
-                        f"{LIMIT_S * 1000:.0f} ms, worker CPU {step.cpu_percent:.0f}%"
+                        f"{LIMIT_S * 1000:.0f} ms, {len(step.answers_ms)}/{step.lines} lines "
+                        f"answered, answer p95 {_answer_ms(step.answer_p95_ms)} ms, worker's "
+                        f"core {step.core_percent:.0f}% busy"
                     )
                     if not step.passed:
                         break
@@ -872,7 +1003,8 @@ async def _run(
                     await _step(*args)
                     profiles[variant.name] = summarize(raw.read_text())
                     _show(f"  [{variant.name}] profiled with {profile_calls} calls")
-    return Run(results, len(audio) / CARRIER_SAMPLE_RATE, profiles)
+    realtime = all(step.realtime for step in results)
+    return Run(results, len(audio) / CARRIER_SAMPLE_RATE, profiles, realtime)
 
 
 def _show(text: str, error: bool = False) -> None:
@@ -908,6 +1040,36 @@ def _measure(
         return 1
 
 
+def _criterion() -> str:
+    """What a step must meet, as the reports say it."""
+    return (
+        f"a step passes when at least {TARGET:.1%} of the agent's outgoing 20 ms packets "
+        f"left within {LIMIT_S * 1000:.0f} ms of their schedule carrying the audio that was "
+        "due (a slot skipped after a stall, or sent as silence because the agent's audio "
+        "came late, an *underrun*, counts as late), and its answers were no more than "
+        f"{ANSWER_SLACK_MS:.0f} ms slower (p95) than with the run's fewest calls, a caller "
+        "line left unanswered counting as never answered"
+    )
+
+
+def _columns() -> str:
+    """The table's columns, as the reports explain them."""
+    return (
+        "*packets*: every packet the agent sent in the window; *underruns*: slots sent as "
+        "silence inside the agent's speech because its audio came too late (the sender "
+        f"counts a silence of at most {MAX_UNDERRUN_SLOTS} slots that ends in more audio); "
+        "*p50/p99/p99.9 ms*: lateness, the send against the packet's absolute deadline; "
+        "*answered*: the agent's answers in the window against the caller's lines in it "
+        "(whole cycles); *answer ms*: from the caller's last voiced packet received to the "
+        "first packet of the agent's answer handed to the sender (`_TimedSession`: the same "
+        "measure for every pipeline, endpointing included); *worker CPU %*: the worker "
+        "process's CPU time over the window, in % of one core; *worker's core CPU %*: how "
+        "busy the worker's core(s) were, its sender and smart-turn processes included; "
+        "*all CPU %*: every process on the machine; *ramp-up*: everything before the window "
+        "(calls arriving, their greetings)."
+    )
+
+
 def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
     """``python -m agent bench sip``: the steps on both transports, the table, the report."""
     measured = _measure(TRANSPORT_VARIANTS, steps, hold_s, None)
@@ -924,8 +1086,7 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
             "",
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with `{command}`.",
             "",
-            f"**Criterion**: at least {TARGET:.1%} of the agent's outgoing 20 ms packets leave "
-            f"within {LIMIT_S * 1000:.0f} ms of their schedule, with stub models. "
+            f"**Criterion**: {_criterion()}; stub models. "
             f"**Carried**: {_carried(results, 'sip')} on SIP, "
             f"{_carried(results, 'websocket')} on the websocket baseline. Stepping stops at "
             "the first step that fails (✗).",
@@ -942,10 +1103,8 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
             "it is sent as a 0.3 s tone.",
             "",
             f"- **sip**: {TRANSPORTS['sip']}, each call streaming the caller's voice as RTP. "
-            "*packets*: every RTP packet the agent sent, a continuous 50 a second per call "
-            "(silence included); lateness: `RtpSession`'s own histogram, the wake-up of its "
-            "20 ms sender against the packet's absolute deadline (a slot skipped after a stall "
-            "counts as late).",
+            "The agent's packets, a continuous 50 a second per call (silence included), leave "
+            "from the worker's RTP sender process, which counts them (`telephony/rtp_sender.py`).",
             f"- **websocket** (the baseline): {TRANSPORTS['websocket']}, under uvicorn in "
             "the worker, 20 ms chunks; the callers are clients in the bench process "
             "streaming the same voice as Twilio media events. *packets*: the audio chunks "
@@ -954,23 +1113,12 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
             "late one fails the criterion. Lateness: the chunk's write against pipecat's own "
             "send clock (the end of its sleep after the chunk before, or at once when it found "
             "itself behind), counted for chunks already queued when the one before left; the "
-            "first chunk of each utterance counts as on time. pipecat runs one chunk ahead "
-            "of real time, RTP none.",
+            "first chunk of each utterance counts as on time, and no underrun is counted. "
+            "pipecat runs one chunk ahead of real time, RTP none.",
             "",
-            "*worker CPU %*: the worker's CPU time over the window, in % of one core; *all CPU "
-            "%*: every process on the machine (the worker, the stub server, sipp or the "
-            "websocket clients).",
+            _columns(),
             "",
             text,
-            "",
-            "What bounds it: one asyncio loop runs every call's pipeline and every call's 20 ms "
-            "sender, so a packet leaves as late as the loop is busy when its deadline comes; the "
-            "lateness grows with the worker's CPU long before a core is full. A call's start "
-            "also holds the loop: `Call._build` creates smart-turn's ONNX session and the "
-            "pipeline synchronously, and every call in progress feels it (the *ramp-up* "
-            "columns: their worst packet is mostly that stall; the websocket, silent while a "
-            "call starts, shows none of it); the steady window leaves it out, but with calls "
-            "arriving all the time it makes every call's packets late at each arrival.",
             "",
         ]
     )
@@ -1028,10 +1176,11 @@ def run_capacity_bench(
             "## Where the worker's CPU goes",
             "",
             f"One more worker per pipeline carried {profile_calls} calls under py-spy "
-            f"(`py-spy record --threads --nonblocking --rate {PROFILE_RATE}`), its samples "
-            "summed by part of the path (`agent/bench_profile.py`: each sample counts for "
-            "the innermost frame of its stack that belongs to a part; the loop's waits are "
-            "idle and left out).",
+            "(`py-spy record --threads --subprocesses --nonblocking --rate "
+            f"{PROFILE_RATE}`), the samples of the worker and its helper processes summed by "
+            "part of the path (`agent/bench_profile.py`: each sample of the event loop counts "
+            "for the innermost frame of its stack that belongs to a part; the RTP sender's and "
+            "the smart-turn model's count whole; the waits are idle and left out).",
             "",
             *profiled,
         ]
@@ -1041,21 +1190,20 @@ def run_capacity_bench(
             "",
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with `{command}`.",
             "",
-            f"**Calls per core** (the most calls one worker on one core carried while at least "
-            f"{TARGET:.1%} of its outgoing 20 ms packets left within {LIMIT_S * 1000:.0f} ms "
-            f"of their schedule): **{ours}** for the agent's pipeline, **{plain}** for "
-            "pipecat's stock pipeline on the same transport. Stepping stops at the first step "
-            "that fails (✗); the true figure lies between the last step passed and that one.",
+            f"**Calls per core** (the most calls one worker on one core carried; {_criterion()}): "
+            f"**{ours}** for the agent's pipeline, **{plain}** for pipecat's stock pipeline on "
+            "the same transport. Stepping stops at the first step that fails (✗); the true "
+            "figure lies between the last step passed and that one.",
             "",
-            f"The worker process is pinned to core {worker_core}; the stub models (one "
+            f"The worker process is pinned to core {worker_core}, and its helper processes "
+            "with it (the RTP sender, the smart-turn model); the stub models (one "
             "`infra/stub_server.py`), sipp and the bench share the other core(s). Each step is "
             f"a fresh worker. sipp places the calls at {CALL_RATE} per second over our SIP "
             "user agent and RTP engine, each streaming the caller's voice as RTP: "
-            f'"{CALLER_LINE}" every {cycle_s:.1f} s (Piper, looped). Once all are up the '
-            f"worker waits {SETTLE_S:g} s, then measures until the first call ends "
-            f"({hold_s:g} s). Lateness: the RTP pacer's wake-up against each packet's absolute "
-            "deadline, every packet the worker sent (a continuous 50 a second per call, "
-            "silence included; a slot skipped after a stall counts as late).",
+            f'"{CALLER_LINE}" every {cycle_s:.1f} s (Piper, looped), a line far more often '
+            f"than a real caller's. Once all are up the worker waits {SETTLE_S:g} s, then "
+            f"measures until the first call ends ({hold_s:g} s). The RTP sender ran with "
+            f"{'real-time priority' if measured.realtime else 'ordinary priority'}.",
             "",
             f"- **ours**: {PIPELINES['ours']}: VAD, smart-turn v3, STT, the conversation "
             "policy, the output guard, the recording taps, TTS, the turn ledger and the "
@@ -1065,8 +1213,7 @@ def run_capacity_bench(
             "stub's chat completions, every turn), our STT and TTS clients (the stubs speak "
             "their protocols); nothing else.",
             "",
-            "*worker CPU %*: the worker's CPU time over the window, in % of its one core; "
-            "*all CPU %*: every process on the machine.",
+            _columns(),
             "",
             text,
             "",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -114,23 +114,30 @@ class CallSummary:
 
 
 class DropAudio(FrameProcessor):
-    """The end of the line for one kind of raw audio going downstream.
+    """The end of the line for one kind of raw audio going downstream, where ``tap`` (the
+    recording, the last to want that audio) sees every downstream frame.
 
     pipecat passes every frame on to the pipeline's end, so without it each of the 50
     audio frames a second would hop through every processor after the last one that reads
-    it (for the caller's audio: smart-turn and the recording; for the agent's: the
-    recording), each hop a queue and a task switch.
+    it, each hop a queue and a task switch. The tap sees a frame after it has gone on:
+    the caller's turn end and the policy's answer reach the TTS without waiting for the
+    recording to file the turn's audio.
     """
 
-    def __init__(self, kind: type[AudioRawFrame]) -> None:
+    def __init__(
+        self, kind: type[AudioRawFrame], tap: Callable[[Frame], Awaitable[None]] | None = None
+    ) -> None:
         super().__init__(name=f"drop-{kind.__name__}")
         self._kind = kind
+        self._tap = tap
 
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if direction is FrameDirection.DOWNSTREAM and isinstance(frame, self._kind):
-            return
-        await self.push_frame(frame, direction)
+        downstream = direction is FrameDirection.DOWNSTREAM
+        if not (downstream and isinstance(frame, self._kind)):
+            await self.push_frame(frame, direction)
+        if downstream and self._tap is not None:
+            await self._tap(frame)
 
 
 class Call:
@@ -237,8 +244,9 @@ class Call:
         # first (DOMAIN C11), and the agent's as it is played (agent/recording.py).
         rate = self._sample_rate or settings.audio_in_sample_rate
         self._recorder = recorder_for(self.id, settings, self.policy, self._record_event, rate)
-        heard = [self._recorder.caller_side] if self._recorder else []
-        said = [self._recorder.agent_side] if self._recorder else []
+        recorder = self._recorder
+        heard = DropAudio(InputAudioRawFrame, recorder.tap("caller") if recorder else None)
+        said = DropAudio(OutputAudioRawFrame, recorder.tap("agent") if recorder else None)
         pipeline = Pipeline(
             [
                 self._transport.input(),
@@ -246,14 +254,12 @@ class Call:
                 stt,
                 aggregators.user(),
                 *thinkers[:1],
-                *heard,
-                DropAudio(InputAudioRawFrame),
+                heard,
                 *thinkers[1:],
                 *guard,
                 tts,
                 output,
-                *said,
-                DropAudio(OutputAudioRawFrame),
+                said,
                 aggregators.assistant(),
             ]
         )

@@ -1,10 +1,11 @@
 """Call recordings: one stereo WAV per call (caller left, agent right), stored and played back.
 
-Two taps in the call's pipeline feed one ``CallRecorder``. ``caller_side`` sits right after
-the policy processor: it sees the caller's audio, the end of each caller turn (the user
-aggregator's ``LLMContextUserTurnFrame``) and then the policy's answer to that turn, in the
-order the policy handled them. ``agent_side`` sits after the output transport: it sees the
-agent's audio as it is played. Each channel is placed on one wall clock, so the two stay
+Two taps in the call's pipeline feed one ``CallRecorder`` (``tap``, shown each frame where
+the call's pipeline ends that side's audio). The caller's sits right after the policy
+processor: it sees the caller's audio, the end of each caller turn (the user aggregator's
+``LLMContextUserTurnFrame``) and then the policy's answer to that turn, in the order the
+policy handled them. The agent's sits after the output transport: it sees the agent's
+audio as it is played. Each channel is placed on one wall clock, so the two stay
 aligned (within ``SLACK_S``) across the agent's silences, a muted line or a stalled TTS.
 
 What the recording may hold is the policy's call, never a second guess:
@@ -48,7 +49,7 @@ import threading
 import time
 import wave
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -70,7 +71,6 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     OutputAudioRawFrame,
 )
-from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
@@ -285,30 +285,9 @@ class _Spool:
 # -- the recorder in the pipeline ---------------------------------------------------------
 
 
-class _Tap(FrameProcessor):
-    """Shows each downstream frame to the recorder, then passes it on unchanged."""
-
-    def __init__(self, recorder: CallRecorder, side: str) -> None:
-        super().__init__(name=f"recording-{side}-{recorder.call_id[:8]}")
-        self._recorder = recorder
-        self._handle = recorder.on_caller_side if side == "caller" else recorder.on_agent_side
-
-    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
-        await super().process_frame(frame, direction)
-        if direction is FrameDirection.DOWNSTREAM:
-            try:
-                await self._handle(frame)
-            except Exception as e:
-                logger.exception(
-                    "call %s: recording failed; the call goes on", self._recorder.call_id
-                )
-                self._recorder.fail(e)
-        await self.push_frame(frame, direction)
-
-
 class CallRecorder:
-    """One call's recording: put ``caller_side`` after the policy processor and
-    ``agent_side`` after the output transport, then ``store()`` it when the call ends."""
+    """One call's recording: ``tap("caller")`` after the policy processor and
+    ``tap("agent")`` after the output transport, then ``store()`` it when the call ends."""
 
     def __init__(
         self,
@@ -334,12 +313,24 @@ class CallRecorder:
         #: Why the recording broke off, if it did (it is then dropped, the call goes on).
         self.failure: BaseException | None = None
         self._dropped: Future[None] | None = None
-        self.caller_side: FrameProcessor = _Tap(self, "caller")
-        self.agent_side: FrameProcessor = _Tap(self, "agent")
 
     @property
     def active(self) -> bool:
         return not self.stopped and self.failure is None
+
+    def tap(self, side: str) -> Callable[[Frame], Awaitable[None]]:
+        """What sees each frame on ``side`` ("caller" or "agent"); a failure there gives
+        the recording up, and the call goes on."""
+        handle = self.on_caller_side if side == "caller" else self.on_agent_side
+
+        async def see(frame: Frame) -> None:
+            try:
+                await handle(frame)
+            except Exception as e:
+                logger.exception("call %s: recording failed; the call goes on", self.call_id)
+                self.fail(e)
+
+        return see
 
     def _write(self, frames: bytes) -> None:
         _DISK.submit(self._spool.write, frames)

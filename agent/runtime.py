@@ -10,6 +10,7 @@ loaded. The server, the simulator and the benchmark all start here.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from contextlib import AsyncExitStack
 from types import TracebackType
@@ -25,6 +26,7 @@ from agent.prompts import PromptSet
 from agent.sessions import ServiceSessions
 from agent.store import StoreWriter, create_engine_for, mark_abandoned_calls, upgrade
 from agent.tts_router import CircuitBreaker
+from telephony.rtp_sender import SENDER
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +103,15 @@ class AgentRuntime:
         logger.info("models: STT %s, LLM %s, TTS %s", *urls)
         # The end-of-turn model's process, loaded before the first call waits for it.
         await asyncio.to_thread(smart_turn.warm_up, settings.audio_in_sample_rate)
+        if settings.sip_port is not None or settings.sip_trunk:
+            # The RTP sender's process, up before the first call's first packet is due.
+            await asyncio.to_thread(SENDER.start)
+        # What is built by now (modules, models' clients, the app) lives as long as the
+        # process: the cyclic collector need not walk it again. A full collection then
+        # walks the calls' objects only: ~20 ms with twenty calls instead of ~130 ms,
+        # every millisecond of it holding the interpreter (bench capacity).
+        gc.collect()
+        gc.freeze()
         breaker = None
         if settings.tts_fallback != "none":
             breaker = CircuitBreaker(

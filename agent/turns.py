@@ -133,7 +133,9 @@ class TurnLedger(BaseObserver):
         sink: RecordSink,
         on_transcript: TranscriptListener | None = None,
     ) -> None:
-        super().__init__()
+        # Every moment it times is a frame's first push, by the processor that made it:
+        # the frame's later hops (each audio frame makes several) are not queued to it.
+        super().__init__(observe_every_push=False)
         self._call_id = call_id
         self._p = processors
         self._sink = sink

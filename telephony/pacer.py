@@ -1,15 +1,10 @@
-"""One thread that wakes every call's RTP sender on its 20 ms schedule.
+"""The 20 ms clock of every outgoing RTP stream: a heap of absolute deadlines.
 
-An asyncio task per call paced by ``asyncio.sleep`` sends a packet as late as the event
-loop is busy when its deadline comes, and the loop is busy with every call's pipeline:
-with stub models two calls on a worker already pushed the worst packets past 5 ms. Here
-the senders' deadlines live on a heap in a thread of their own, which sleeps in the
-kernel and only needs the GIL for the few microseconds a packet takes to build.
-
-A thread waiting for the GIL gets it within the interpreter's switch interval (5 ms by
-default, as long as the whole budget), so starting the pacer lowers it to
-``SWITCH_INTERVAL_S``; the loop thread pays a little in more frequent GIL hand-offs, only
-while the pacer wants it.
+It is driven by the one thread of the RTP sender process (``telephony.rtp_sender``), which
+waits for ``wait_s()`` or a message from the worker, whichever comes first, then calls
+``run_due()``. Deadlines are absolute (``start + n * period``) so lateness never
+accumulates; a stream that fell far behind (the machine stalled) skips ahead rather than
+bursting the missed packets at the far end's jitter buffer.
 """
 
 from __future__ import annotations
@@ -17,20 +12,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
-#: The interpreter's GIL switch interval while a pacer runs (seconds).
-SWITCH_INTERVAL_S = 0.0005
-
 
 class Paced(Protocol):
-    """What the pacer drives: one slot's packet, given how late its wake-up came."""
+    """What the pacer drives: one slot's packet, given how late it comes."""
 
     def send_slot(self, slot: int, late_s: float) -> None:
         """Send slot ``slot`` (a jump from the last one means slots were skipped)."""
@@ -55,72 +45,68 @@ class Schedule:
 
 
 class Pacer:
-    """A heap of schedules and the daemon thread that serves them (started on first use)."""
+    """The schedules of one sending thread, earliest deadline first."""
 
-    def __init__(self, name: str = "rtp-pacer") -> None:
-        self._name = name
-        self._lock = threading.Lock()
+    def __init__(self) -> None:
         self._heap: list[tuple[float, int, Schedule]] = []
         self._order = itertools.count()
-        self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def add(self, stream: Paced, period_s: float, max_catch_up: int) -> Schedule:
-        """Schedule ``stream``: its first slot is due now."""
-        schedule = Schedule(stream, time.monotonic(), period_s, max_catch_up)
-        with self._lock:
-            heapq.heappush(self._heap, (schedule.deadline, next(self._order), schedule))
-            if self._thread is None:
-                if sys.getswitchinterval() > SWITCH_INTERVAL_S:
-                    sys.setswitchinterval(SWITCH_INTERVAL_S)
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-        self._wake.set()
+    def add(
+        self, stream: Paced, period_s: float, max_catch_up: int, start: float | None = None
+    ) -> Schedule:
+        """Schedule ``stream``: its first slot is due at ``start`` (monotonic; default now)."""
+        schedule = Schedule(
+            stream, time.monotonic() if start is None else start, period_s, max_catch_up
+        )
+        self._push(schedule)
         return schedule
 
     def remove(self, schedule: Schedule) -> None:
-        """No slot of ``schedule`` starts after this returns (one may be finishing)."""
-        with self._lock:
-            schedule.active = False
+        """No slot of ``schedule`` is sent after this."""
+        schedule.active = False
 
-    def _next(self) -> tuple[Schedule | None, float | None]:
-        """The schedule due now, or how long until the next one is (None: none at all)."""
-        with self._lock:
-            while self._heap and not self._heap[0][2].active:
-                heapq.heappop(self._heap)
-            if not self._heap:
-                return None, None
-            deadline, _, schedule = self._heap[0]
-            wait = deadline - time.monotonic()
-            if wait > 0:
-                return None, wait
-            heapq.heappop(self._heap)
-            return schedule, None
+    def wait_s(self) -> float | None:
+        """Seconds until the next slot is due (0: due now; None: nothing scheduled)."""
+        heap = self._heap
+        while heap and not heap[0][2].active:
+            heapq.heappop(heap)
+        if not heap:
+            return None
+        return max(0.0, heap[0][0] - time.monotonic())
 
-    def _run(self) -> None:
-        while True:
-            self._wake.clear()
-            schedule, wait = self._next()
-            if schedule is None:
-                self._wake.wait(wait)
+    def run_due(self) -> int:
+        """Send every slot due by now, earliest first; how many were sent."""
+        sent = 0
+        heap = self._heap
+        while heap:
+            deadline, _, schedule = heap[0]
+            if not schedule.active:
+                heapq.heappop(heap)
                 continue
-            late = time.monotonic() - schedule.deadline
-            if late > schedule.max_catch_up * schedule.period_s:
-                # Far behind (the machine stalled): skip ahead rather than burst.
-                skip = int(late / schedule.period_s)
-                schedule.slot += skip
-                late -= skip * schedule.period_s
-            try:
-                schedule.stream.send_slot(schedule.slot, late)
-            except Exception:
-                schedule.failures += 1
-                if schedule.failures == 1:  # not 50 tracebacks a second
-                    logger.exception("a paced stream failed; it stays scheduled")
+            now = time.monotonic()
+            if deadline > now:
+                break
+            heapq.heappop(heap)
+            self._send(schedule, now - deadline)
+            sent += 1
             schedule.slot += 1
-            with self._lock:
-                if schedule.active:
-                    heapq.heappush(self._heap, (schedule.deadline, next(self._order), schedule))
+            if schedule.active:
+                self._push(schedule)
+        return sent
 
+    def _push(self, schedule: Schedule) -> None:
+        heapq.heappush(self._heap, (schedule.deadline, next(self._order), schedule))
 
-#: The pacer every RTP session of this process shares.
-PACER = Pacer()
+    @staticmethod
+    def _send(schedule: Schedule, late: float) -> None:
+        if late > schedule.max_catch_up * schedule.period_s:
+            # Far behind (the machine stalled): skip ahead rather than burst.
+            skip = int(late / schedule.period_s)
+            schedule.slot += skip
+            late -= skip * schedule.period_s
+        try:
+            schedule.stream.send_slot(schedule.slot, late)
+        except Exception:
+            schedule.failures += 1
+            if schedule.failures == 1:  # not 50 tracebacks a second
+                logger.exception("a paced stream failed; it stays scheduled")

@@ -9,13 +9,14 @@ that arrive after their turn, and tolerates a new SSRC; audio comes out of ``rea
 frame per packet (16-bit PCM at 8 kHz plus the G.711 bytes as received), DTMF digits out of
 ``read_dtmf()``. Only packets from the negotiated remote address are accepted.
 
-Outbound, one packet leaves every 20 ms on absolute monotonic deadlines, sent from the
-process's pacer thread (``telephony.pacer``) so that a busy event loop does not make it
-late; what the loop and that thread share is behind a lock. When the agent is
-not speaking the session sends G.711 silence rather than nothing: PBXs and carriers hang up
-calls whose RTP stops (Asterisk's ``rtptimeout``, trunk media-inactivity timers), NAT bindings
-expire, and sipp's ``-rtp_echo`` has nothing to echo otherwise. So the stream is continuous
-and the marker bit is set only where it starts (RFC 3551 4.1), at the start and after hold.
+Outbound, one packet leaves every 20 ms on absolute monotonic deadlines, sent by the
+worker's RTP sender process (``telephony.rtp_sender``) on a copy of the session's socket, so
+that nothing the worker's interpreter does makes it late; ``write`` hands it the agent's
+audio. When the agent is not speaking the session sends G.711 silence rather than nothing:
+PBXs and carriers hang up calls whose RTP stops (Asterisk's ``rtptimeout``, trunk
+media-inactivity timers), NAT bindings expire, and sipp's ``-rtp_echo`` has nothing to echo
+otherwise. So the stream is continuous and the marker bit is set only where it starts (RFC
+3551 4.1), at the start and after hold.
 """
 
 from __future__ import annotations
@@ -23,72 +24,40 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-import math
 import random
 import socket
-import threading
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from aiortc.rtp import RtpPacket, is_rtcp
 
 from telephony import dtmf, g711
-from telephony.pacer import PACER, Schedule
+from telephony.rtp_sender import (
+    AUDIO_CHUNK,
+    PACKET_S,
+    PCM_BYTES_PER_PACKET,
+    SAMPLES_PER_PACKET,
+    SENDER,
+    LatenessHistogram,
+    RtpSenderError,
+    SenderStats,
+    StreamConfig,
+)
 
 logger = logging.getLogger(__name__)
 
-PACKET_S = 0.020
-SAMPLES_PER_PACKET = 160
-PCM_BYTES_PER_PACKET = SAMPLES_PER_PACKET * 2
 DIRECTIONS = ("sendrecv", "sendonly", "recvonly", "inactive")
 #: RFC 3550 appendix A.1: a jump larger than this (or older than MAX_MISORDER) is a restart.
 MAX_DROPOUT = 3000
 MAX_MISORDER = 100
-#: Behind schedule by more than this many packets, the sender skips ahead instead of bursting.
-MAX_CATCH_UP = 10
 #: A lost packet is concealed with silence for gaps up to this many packets.
 MAX_CONCEALED = 5
 
 
 class RtpClosed(ConnectionError):
     """The session was closed; no more frames will come."""
-
-
-class LatenessHistogram:
-    """How late each outgoing packet left, in 0.1 ms buckets up to 100 ms (then one bucket)."""
-
-    BUCKET_S = 0.0001
-    BUCKETS = 1000
-
-    def __init__(self) -> None:
-        self.counts = [0] * (self.BUCKETS + 1)
-        self.count = 0
-        self.max_s = 0.0
-
-    def record(self, late_s: float) -> None:
-        late_s = max(0.0, late_s)
-        self.counts[min(int(late_s / self.BUCKET_S), self.BUCKETS)] += 1
-        self.count += 1
-        self.max_s = max(self.max_s, late_s)
-
-    def percentile(self, p: float) -> float:
-        """Upper edge (seconds) of the bucket holding the ``p``-th percentile (0-100)."""
-        if not self.count:
-            return 0.0
-        rank = math.ceil(p / 100 * self.count - 1e-9)
-        seen = 0
-        for i, n in enumerate(self.counts):
-            seen += n
-            if seen >= rank and n:
-                return self.max_s if i == self.BUCKETS else (i + 1) * self.BUCKET_S
-        return self.max_s
-
-    def fraction_within(self, limit_s: float) -> float:
-        """Share of packets that left at most ``limit_s`` late (bucket resolution)."""
-        if not self.count:
-            return 1.0
-        return sum(self.counts[: int(limit_s / self.BUCKET_S)]) / self.count
 
 
 @dataclass
@@ -103,9 +72,15 @@ class RtpStats:
     ssrc_changes: int = 0
     #: Inbound frames dropped because nobody was reading.
     overflow: int = 0
-    #: Outgoing slots skipped after the machine stalled past MAX_CATCH_UP packets.
+    #: The outgoing side, as the sender process last reported it (``refresh_stats``).
     skipped: int = 0
+    underruns: int = 0
     lateness: LatenessHistogram = field(default_factory=LatenessHistogram)
+
+    def take(self, sent: SenderStats) -> None:
+        """The sender's counters of the outgoing side in place of the last ones."""
+        self.packets_out, self.skipped = sent.packets_out, sent.skipped
+        self.underruns, self.lateness = sent.underruns, sent.lateness
 
 
 @dataclass(frozen=True)
@@ -238,7 +213,7 @@ class RtpSession:
         max_queued_frames: int = 50,
     ) -> None:
         self._transport = transport
-        #: The pacer thread sends on the socket itself: asyncio's transport is the loop's.
+        #: Handed to the sender process, which sends on its own copy of it.
         self._socket = sock
         self.stats = RtpStats()
         self.remote: tuple[str, int] | None = None
@@ -253,22 +228,16 @@ class RtpSession:
         self._max_queued = max_queued_frames
         self._gap_timer: asyncio.TimerHandle | None = None
         self._strangers_seen: set[tuple[str, int]] = set()
-        self._out = bytearray()
-        #: Held by the pacer thread while it sends a slot, and by the loop to change what
-        #: that reads: the audio queued, and whether the socket is still open.
-        self._lock = threading.Lock()
-        self._room = asyncio.Event()
-        #: ``wait_queued_below``'s threshold while it waits (the pacer sets ``_room``).
-        self._room_below: float | None = None
-        self._dtmf_out: deque[tuple[list[dtmf.TelephoneEvent], asyncio.Future[None]]] = deque()
+        #: Agent audio written before ``start``: handed to the sender when it starts.
+        self._unsent = bytearray()
+        #: When the audio handed to the sender will have been sent (monotonic), as both
+        #: sides count it: a 20 ms slot per 320 bytes from when it was written.
+        self._queued_until = 0.0
         self._ssrc = random.getrandbits(32)
-        self._seq = random.getrandbits(16)
+        self._seq0 = random.getrandbits(16)
         self._ts0 = random.getrandbits(32)
-        self._marker = True
-        self._event_ts: int | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._schedule: Schedule | None = None
-        self._last_slot = -1
+        #: The stream's id at the sender, once started.
+        self._stream: int | None = None
         self._closed = False
 
     @classmethod
@@ -316,9 +285,14 @@ class RtpSession:
         self.update(
             remote=remote, codec=codec, dtmf_payload_type=dtmf_payload_type, direction=direction
         )
-        if self._schedule is None and not self._closed:
-            self._loop = asyncio.get_running_loop()
-            self._schedule = PACER.add(self, PACKET_S, MAX_CATCH_UP)
+        if self._stream is None and not self._closed:
+            now = time.monotonic()
+            unsent, self._unsent = bytes(self._unsent), bytearray()
+            first, rest = unsent[:AUDIO_CHUNK], unsent[AUDIO_CHUNK:]
+            self._stream = SENDER.open(self._socket, self._config(), now, first)
+            self._queued_until = now + len(first) / 2 / 8000
+            if rest:
+                self.write(rest)
 
     def update(
         self,
@@ -335,8 +309,6 @@ class RtpSession:
         if direction is not None:
             if direction not in DIRECTIONS:
                 raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
-            if self.direction in ("recvonly", "inactive") and direction in DIRECTIONS[:2]:
-                self._marker = True
             self.direction = direction
         if dtmf_payload_type is not False:
             if dtmf_payload_type is not None and not 96 <= int(dtmf_payload_type) <= 127:
@@ -346,6 +318,19 @@ class RtpSession:
             self.dtmf_payload_type = None if dtmf_payload_type is None else int(dtmf_payload_type)
         if remote is not None:
             self.remote = _address(remote)
+        if self._stream is not None:
+            SENDER.update(self._stream, self._config())
+
+    def _config(self) -> StreamConfig:
+        return StreamConfig(
+            self.remote,
+            self.codec,
+            self.dtmf_payload_type,
+            self.direction,
+            self._ssrc,
+            self._seq0,
+            self._ts0,
+        )
 
     # --- inbound ---------------------------------------------------------------------
 
@@ -436,129 +421,70 @@ class RtpSession:
 
     def write(self, pcm16_8k: bytes) -> None:
         """Queue agent audio (16-bit little-endian mono at 8 kHz) to be sent in order."""
-        with self._lock:
-            self._out.extend(pcm16_8k)
-        self._room.clear()
+        if self._closed:
+            return
+        if self._stream is None:
+            self._unsent.extend(pcm16_8k)
+            return
+        SENDER.write(self._stream, pcm16_8k)
+        start = max(self._queued_until, time.monotonic())
+        self._queued_until = start + len(pcm16_8k) / 2 / 8000
 
     @property
     def queued_s(self) -> float:
-        return len(self._out) / 2 / 8000
+        """Audio written and not yet sent, in seconds."""
+        if self._stream is None:
+            return len(self._unsent) / 2 / 8000
+        return max(0.0, self._queued_until - time.monotonic())
 
     async def wait_queued_below(self, seconds: float) -> None:
         """Return once less than ``seconds`` of audio waits to be sent (back-pressure)."""
-        while self.queued_s >= seconds and not self._closed:
-            self._room.clear()
-            self._room_below = seconds
-            await self._room.wait()
+        while (excess := self.queued_s - seconds) >= 0 and not self._closed:
+            await asyncio.sleep(excess + 0.001)
 
     def clear(self) -> None:
         """Drop the audio not yet sent (barge-in)."""
-        with self._lock:
-            self._out.clear()
-        self._room.set()
+        self._unsent.clear()
+        self._queued_until = 0.0
+        if self._stream is not None:
+            SENDER.clear(self._stream)
 
     async def send_dtmf(self, digit: str, duration_ms: int = 100) -> None:
         """Send one key press as RFC 4733 events; returns when its end packets are out.
-        ``ValueError`` for a bad digit or when no telephone-event was negotiated."""
+        ``ValueError`` for a bad digit or when no telephone-event was negotiated, or the
+        call is on hold."""
         if self.dtmf_payload_type is None:
             raise ValueError("telephone-event was not negotiated on this call")
-        events = dtmf.event_payloads(digit, duration_ms)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._dtmf_out.append((events, done))
-        await done
+        dtmf.event_payloads(digit, duration_ms)  # a bad digit or duration fails here
+        if self._stream is None or self._closed:
+            raise RtpClosed("the RTP session is not sending")
+        refused = await SENDER.send_dtmf(self._stream, digit, duration_ms)
+        if refused == "hold":
+            raise ValueError("the call is on hold; DTMF not sent")
+        if refused is not None:
+            raise RtpClosed("the RTP session is closed")
 
-    def _on_loop(self, callback: Callable[[], object]) -> None:
-        """Run ``callback`` on the session's event loop (from the pacer thread)."""
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(callback)
-
-    def _settle(self, done: asyncio.Future[None], error: Exception | None = None) -> None:
-        def settle() -> None:
-            if done.done():
-                return
-            if error is None:
-                done.set_result(None)
-            else:
-                done.set_exception(error)
-
-        self._on_loop(settle)
-
-    def send_slot(self, slot: int, late_s: float) -> None:
-        """Send slot ``slot``'s packet; the pacer thread calls it every 20 ms."""
-        with self._lock:
-            if not self._closed:
-                self._send_slot(slot, late_s)
-
-    def _send_slot(self, slot: int, late_s: float) -> None:
-        if slot != self._last_slot + 1 and self._last_slot >= 0:
-            self.stats.skipped += slot - self._last_slot - 1
-            self._marker = True
-        self._last_slot = slot
-        timestamp = (self._ts0 + slot * SAMPLES_PER_PACKET) & 0xFFFFFFFF
-        sending = self.direction in ("sendrecv", "sendonly") and self.remote is not None
-        if self._dtmf_out:
-            events, done = self._dtmf_out[0]
-            if not sending or self.dtmf_payload_type is None:
-                self._dtmf_out.popleft()
-                self._settle(done, ValueError("the call is on hold; DTMF not sent"))
-                return
-            first = self._event_ts is None
-            if self._event_ts is None:
-                self._event_ts = timestamp
-            event = events.pop(0)
-            self._send(
-                self.dtmf_payload_type, self._event_ts, event.pack(), marker=first, late=late_s
-            )
-            if not events:
-                self._dtmf_out.popleft()
-                self._event_ts = None
-                self._settle(done)
-            return
-        chunk = bytes(self._out[:PCM_BYTES_PER_PACKET]).ljust(PCM_BYTES_PER_PACKET, b"\0")
-        del self._out[:PCM_BYTES_PER_PACKET]
-        below = self._room_below
-        if below is not None and self.queued_s < below:
-            self._room_below = None
-            self._on_loop(self._room.set)
-        if not sending:
-            return
-        marker, self._marker = self._marker, False
-        self._send(
-            g711.PAYLOAD_TYPES[self.codec],
-            timestamp,
-            g711.encode(self.codec, chunk),
-            marker=marker,
-            late=late_s,
-        )
-
-    def _send(self, pt: int, timestamp: int, payload: bytes, *, marker: bool, late: float) -> None:
-        remote = self.remote
-        assert remote is not None
-        packet = RtpPacket(pt, int(marker), self._seq, timestamp, self._ssrc, payload)
-        self._seq = (self._seq + 1) & 0xFFFF
-        try:
-            self._socket.sendto(packet.serialize(), remote)
-        except OSError as e:  # a full buffer or an unreachable peer: this packet is lost
-            logger.debug("RTP packet to %s not sent: %s", remote, e)
-            return
-        self.stats.packets_out += 1
-        self.stats.lateness.record(late)
+    async def refresh_stats(self) -> RtpStats:
+        """``stats`` with the outgoing side as the sender counts it now."""
+        if self._stream is not None and not self._closed:
+            self.stats.take(await SENDER.stats(self._stream))
+        return self.stats
 
     async def close(self) -> None:
         """Stop sending, release the port, and end ``read()``/``read_dtmf()``."""
         if self._closed:
             return
-        with self._lock:  # no packet is on its way out once this is set
-            self._closed = True
+        self._closed = True
         if self._gap_timer is not None:
             self._gap_timer.cancel()
-        if self._schedule is not None:
-            PACER.remove(self._schedule)
-        for _, done in self._dtmf_out:
-            if not done.done():
-                done.set_exception(RtpClosed("the RTP session is closed"))
-        self._dtmf_out.clear()
-        self._room.set()
         self._transport.close()
         self._frames.put_nowait(None)
         self._digits.put_nowait(None)
+        if self._stream is not None:
+            try:
+                final = await SENDER.close(self._stream)
+            except RtpSenderError as e:
+                logger.warning("the RTP sender's last counters were lost: %s", e)
+                final = None
+            if final is not None:
+                self.stats.take(final)

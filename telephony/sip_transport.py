@@ -37,8 +37,9 @@ from telephony.rtp import PACKET_S, RtpClosed, RtpSession
 logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 8000
-#: Audio handed to the session ahead of the wire: enough to ride out event-loop jitter,
-#: little enough that a barge-in ``clear`` cuts the agent off at once.
+#: Audio handed to the session's sender ahead of the wire: enough to ride out a pause of
+#: the worker (a garbage collection, a call being set up); a barge-in's ``clear`` drops it
+#: in the sender at once.
 AHEAD_S = 3 * PACKET_S
 
 
@@ -101,7 +102,7 @@ class SipInputTransport(BaseInputTransport):
 
 
 class SipOutputTransport(BaseOutputTransport):
-    """Hands the agent's audio to the session's 20 ms sender; ``clear`` on barge-in."""
+    """Hands the agent's audio to the session's sender; ``clear`` on barge-in."""
 
     def __init__(self, session: RtpSession, params: TransportParams, **kwargs: Any) -> None:
         super().__init__(params, **kwargs)

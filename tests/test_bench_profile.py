@@ -1,16 +1,24 @@
 """py-spy's samples summed by part of the per-frame path."""
 
-from agent.bench_profile import OTHER, PACER, part_of, summarize, table
+from agent.bench_profile import OTHER, SENDER, SMART_TURN, part_of, summarize, table
 
-RAW = """\
-thread (1): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 500
-thread (1): MainThread;_run_once (asyncio/base_events.py:1922);__input_frame_task_handler (pipecat/processors/frame_processor.py:1339);get (asyncio/queues.py:155) 30
-thread (1): MainThread;process_frame (pipecat/processors/audio/vad_processor.py:134);analyze_audio (pipecat/audio/vad/vad_analyzer.py:191) 20
-thread (1): MainThread;run_stt (agent/stt.py:333);send_frame (aiohttp/_websocket/writer.py:83) 10
-thread (2): rtp-pacer;_run (telephony/pacer.py:120);send_slot (telephony/rtp.py:470) 25
-thread (3): ThreadPoolExecutor-0_0;_worker (concurrent/futures/thread.py:81);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 15
-thread (4): ThreadPoolExecutor-1_0;_worker (concurrent/futures/thread.py:81) 900
-thread (1): MainThread;_run_once (asyncio/base_events.py:1922);_run (asyncio/events.py:80) 5
+WORKER = 'process 100:"python -m agent.bench_sip --calls 8";'
+SPAWNED = 'process 100:"python -m agent.bench_sip";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
+SENDING = 'process 100:"python -m agent.bench_sip";process 102:"python -m telephony.rtp_sender 23";'
+RAW = f"""\
+{WORKER}thread (1): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 500
+{WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);__input_frame_task_handler (pipecat/processors/frame_processor.py:1339);get (asyncio/queues.py:155) 30
+{WORKER}thread (1): MainThread;process_frame (pipecat/processors/audio/vad_processor.py:134);analyze_audio (pipecat/audio/vad/vad_analyzer.py:191) 20
+{WORKER}thread (1): MainThread;run_stt (agent/stt.py:333);send_frame (aiohttp/_websocket/writer.py:83) 10
+{WORKER}thread (1);run_stt (agent/stt.py:333) 10
+{WORKER}thread (3): ThreadPoolExecutor-0_0;_worker (concurrent/futures/thread.py:81);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 15
+{WORKER}thread (4): ThreadPoolExecutor-1_0;_worker (concurrent/futures/thread.py:81) 900
+{WORKER}thread (5): store-writer;_run (agent/store.py:300) 40
+{WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);_run (asyncio/events.py:80) 5
+{SENDING}thread (7): MainThread;run (telephony/rtp_sender.py:313);run_due (telephony/pacer.py:90);send_slot (telephony/rtp_sender.py:230) 25
+{SENDING}thread (7): MainThread;run (telephony/rtp_sender.py:307) 400
+{SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);_predict (agent/smart_turn.py:45);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 60
+{SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);get (multiprocessing/queues.py:103) 70
 """  # noqa: E501
 
 
@@ -20,16 +28,26 @@ def test_each_sample_counts_for_its_innermost_part_and_waits_are_idle() -> None:
     assert parts["pipecat frame hops (queues, observers, metrics)"] == 30
     assert parts["VAD"] == 20
     assert parts["STT client (websocket)"] == 10  # aiohttp's writing counts for the STT
-    assert parts[PACER] == 25  # the pacer thread's, though rtp.py builds the packets
+    assert parts[SENDER] == 25  # the sender process's, though the pacer drives it
     assert "RTP in (socket, jitter buffer, G.711 decode)" not in parts
-    assert parts["smart-turn (features, ONNX)"] == 15  # the pool's busy ONNX run
+    # The helper process's model runs and a thread's (pipecat's own analyzer).
+    assert parts[SMART_TURN] == 60 + 15
     assert parts[OTHER] == 5
-    assert total == 105  # the loop's select and the idle pool thread are left out
+    # The loops' selects, the idle pool thread, the helper's wait, other threads, and the
+    # thread lines py-spy gives without a name, are left out.
+    assert total == 30 + 20 + 10 + 25 + 75 + 5
 
 
 def test_an_idle_leaf_is_no_part() -> None:
     assert part_of(["_run_once (asyncio/base_events.py:1922)", "select (selectors.py:468)"]) is None
+    assert part_of(["run (telephony/rtp_sender.py:307)"]) is None
     assert part_of([]) is None
+
+
+def test_a_command_with_a_line_break_is_one_sample() -> None:
+    raw = 'process 1:"python -c import x\nx.run()";thread (2): MainThread;f (agent/policy.py:1) 3\n'
+    parts, total = summarize(raw)
+    assert parts == {"policy, guard, turn reader": 3} and total == 3
 
 
 def test_the_table_gives_shares_that_add_up() -> None:
@@ -37,5 +55,5 @@ def test_the_table_gives_shares_that_add_up() -> None:
 
     text = table(parts, total)
 
-    assert "| VAD | 19.0% |" in text
+    assert "| VAD | 12.1% |" in text
     assert f"| all ({total} samples) | 100% |" in text

@@ -11,18 +11,30 @@ import shutil
 
 import pytest
 
-from agent.bench_sip import Packets, _window, run_capacity_bench, run_sip_bench
-from telephony.rtp import LatenessHistogram
+from agent.bench_sip import (
+    ANSWER_SLACK_MS,
+    Packets,
+    Step,
+    _window,
+    run_capacity_bench,
+    run_sip_bench,
+)
+from telephony.rtp_sender import LatenessHistogram
 
 COLUMNS = (
     "transport",
     "calls",
     "packets",
+    "underruns",
     "p50 ms",
     "p99 ms",
     "p99.9 ms",
     "within 5 ms",
+    "answered",
+    "answer p50 ms",
+    "answer p95 ms",
     "worker CPU %",
+    "worker's core CPU %",
     "all CPU %",
     "ramp-up: within 5 ms",
     "ramp-up: max ms",
@@ -71,16 +83,45 @@ def test_bad_arguments_are_refused_before_anything_starts(tmp_path, steps, hold_
 
 def test_the_window_is_the_difference_of_two_snapshots_and_skipped_slots_are_late():
     buckets = LatenessHistogram.BUCKETS + 1
-    before = [([1] + [0] * (buckets - 1), 0)]
-    after = [([5] + [0] * 59 + [2] + [0] * (buckets - 61), 1), ([3] + [0] * (buckets - 1), 0)]
+    before = [([1] + [0] * (buckets - 1), 0, 0, [400.0])]
+    after = [
+        ([5] + [0] * 59 + [2] + [0] * (buckets - 61), 1, 1, [400.0, 420.0]),
+        ([3] + [0] * (buckets - 1), 0, 0, [380.0]),
+    ]
 
-    counts, skipped = _window(before, after)
+    counts, skipped, underruns, answers = _window(before, after)
 
     assert counts[0] == 4 + 3 and counts[60] == 2 and sum(counts) == 9
-    assert skipped == 1
-    packets = Packets.from_counts(counts, skipped, max_s=0.006)
-    # 7 of 9 sent within 5 ms, and the skipped slot counts among the late: 7 of 10.
-    assert packets.within == pytest.approx(0.7)
+    assert skipped == 1 and underruns == 1
+    assert answers == [420.0, 380.0]  # the answers given in the window
+    packets = Packets.from_counts(counts, skipped, max_s=0.006, underruns=underruns)
+    # 7 of 9 sent within 5 ms, one of them silence where audio was due, and the skipped
+    # slot counts among the late: 6 of 10.
+    assert packets.within == pytest.approx(0.6)
+
+
+def step(answers_ms, lines, reference_ms=None, within_5ms=True):
+    counts = [1000 if within_5ms else 0] + [0] * LatenessHistogram.BUCKETS
+    packets = Packets.from_counts(counts, 0, 0.001)
+    cpu = (20.0, 1.0, 2.0, 1.0)  # window, worker, machine, core
+    return Step("ours", 4, *cpu, packets, packets, answers_ms, lines, reference_ms=reference_ms)
+
+
+def test_a_step_passes_with_its_answers_close_to_the_lightest_steps():
+    lightest = step([400.0] * 19 + [450.0], 20)
+    assert lightest.answer_p95_ms == 400.0 and lightest.passed
+
+    assert step([300.0] * 20, 20, reference_ms=400.0).passed
+    assert step([400.0 + ANSWER_SLACK_MS] * 20, 20, reference_ms=400.0).passed
+    assert not step([401.0 + ANSWER_SLACK_MS] * 20, 20, reference_ms=400.0).passed
+    assert not step([300.0] * 20, 20, reference_ms=400.0, within_5ms=False).passed
+
+
+def test_a_line_left_unanswered_counts_as_never_answered():
+    assert step([300.0] * 19, 20).answer_p95_ms == 300.0  # one in twenty: the top 5%
+    slow = step([300.0] * 18, 20, reference_ms=300.0)
+    assert slow.answer_p95_ms == float("inf") and not slow.passed
+    assert step([], 0).answer_p95_ms == float("inf")
 
 
 @pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed")
@@ -100,6 +141,6 @@ def test_capacity_compares_both_pipelines_and_profiles_them(tmp_path):
     assert "**Calls per core**" in report
     assert "python -m agent bench capacity --steps 1 --hold 3 --profile 1" in report
     # Both profiles found the worker busy on the per-frame path.
-    assert report.count("| RTP out (pacer thread) |") == 2
-    assert report.count("| VAD |") == 2
+    assert report.count("| pipecat frame hops (queues, observers, metrics) |") == 2
+    assert report.count("| RTP in (socket, jitter buffer, G.711 decode) |") == 2
     assert os.sched_getaffinity(0) == set(range(os.cpu_count() or 1))  # given back

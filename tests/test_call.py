@@ -91,8 +91,13 @@ async def test_drop_audio_ends_one_kind_of_raw_audio_going_downstream_only():
     from agent.call import DropAudio
 
     audio = b"\0\0" * 160
+    seen: list[type] = []
+
+    async def tap(frame: object) -> None:  # the recording: sees what goes on, and the audio
+        seen.append(type(frame))
+
     await run_test(
-        DropAudio(OutputAudioRawFrame),
+        DropAudio(OutputAudioRawFrame, tap),
         frames_to_send=[
             OutputAudioRawFrame(audio, 8000, 1),
             TTSAudioRawFrame(audio, 8000, 1),  # an agent's audio of another class: dropped too
@@ -101,6 +106,8 @@ async def test_drop_audio_ends_one_kind_of_raw_audio_going_downstream_only():
         ],
         expected_down_frames=[InputAudioRawFrame, TextFrame],
     )
+    audio_and_text = (OutputAudioRawFrame, TTSAudioRawFrame, InputAudioRawFrame, TextFrame)
+    assert set(audio_and_text) <= set(seen)
     await run_test(  # upstream is not its business
         DropAudio(OutputAudioRawFrame),
         frames_to_send=[OutputAudioRawFrame(audio, 8000, 1)],

@@ -10,7 +10,8 @@ import pytest
 from aiortc.rtp import RtpPacket
 
 from telephony import g711
-from telephony.rtp import Gap, JitterBuffer, LatenessHistogram, RtpSession, RtpStats
+from telephony.rtp import Gap, JitterBuffer, RtpSession, RtpStats
+from telephony.rtp_sender import LatenessHistogram
 from tests.pcap import SIPP_PCAPS, read_pcap_udp_payloads
 
 HOST = "127.0.0.1"
@@ -112,7 +113,7 @@ async def test_the_gap_timer_releases_packets_behind_a_loss(session: RtpSession)
 
 async def test_pacing_sends_consecutive_sequence_and_timestamps(session: RtpSession) -> None:
     callee = await peer()
-    # Queued first: the pacer thread sends the first slot the moment the session starts.
+    # Queued first: the sender sends the first slot the moment the session starts.
     session.write(tone(160 * 3))
     session.start(callee.address, "PCMU", 101)
     packets = [await callee.packets.get() for _ in range(6)]
@@ -122,7 +123,7 @@ async def test_pacing_sends_consecutive_sequence_and_timestamps(session: RtpSess
     assert [p.marker for p in packets] == [1, 0, 0, 0, 0, 0]
     assert b"".join(p.payload for p in packets[:3]) == g711.encode("PCMU", tone(160 * 3))
     assert packets[3].payload == b"\xff" * 160  # silence while idle
-    assert session.stats.lateness.count >= 6
+    assert (await session.refresh_stats()).lateness.count >= 6
     callee.transport.close()
 
 
@@ -140,9 +141,9 @@ async def test_hold_stops_sending_and_resume_sets_the_marker(session: RtpSession
     await asyncio.sleep(0.1)
     while not callee.packets.empty():
         callee.packets.get_nowait()
-    sent = session.stats.packets_out
+    sent = (await session.refresh_stats()).packets_out
     await asyncio.sleep(0.1)
-    assert session.stats.packets_out == sent and callee.packets.empty()
+    assert (await session.refresh_stats()).packets_out == sent and callee.packets.empty()
     session.update(direction="sendrecv")
     resumed = await callee.packets.get()
     assert resumed.marker == 1 and first.marker == 1

@@ -32,3 +32,18 @@ async def test_start_migrates_marks_the_dead_process_calls_and_names_the_models(
 
     with Session(db_engine) as session:
         assert session.get(Call, "a" * 32).status == "abnormal"
+
+
+async def test_start_readies_the_process_for_calls(db_url, tmp_path):
+    import gc
+
+    from telephony.rtp_sender import SENDER
+
+    settings = Settings.from_env(
+        {"DATABASE_URL": db_url, "DATA_DIR": str(tmp_path), "SIP_PORT": "0"}
+    )
+    async with AgentRuntime(settings, stub_models=True):
+        # The RTP sender is up and has said whether it has real-time priority.
+        assert SENDER.pid is not None and SENDER.refused != ""
+        # What start built is out of the collector's way.
+        assert gc.get_freeze_count() > 0

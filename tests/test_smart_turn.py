@@ -49,3 +49,7 @@ def test_a_helper_that_died_is_replaced(voice: CallerVoice) -> None:
 
     assert result["prediction"] in (0, 1)
     assert pid not in helper()._processes
+
+
+def test_the_helper_takes_only_cpu_time_nothing_else_wants() -> None:
+    assert helper().submit(os.sched_getscheduler, 0).result(timeout=30) == os.SCHED_IDLE

@@ -56,3 +56,11 @@ def test_noise_is_not_speech():
     vad.set_sample_rate(16000)
     voiced = [vad.voice_confidence(f) for f in _frames(noise, 16000)]
     assert sum(voiced) / len(voiced) < 0.2
+
+
+async def test_webrtc_vad_runs_in_place_not_on_a_thread_of_its_own(speech_16k):
+    vad = WebRTCVADAnalyzer(sample_rate=16000)
+    vad.set_sample_rate(16000)
+    for start in range(0, 16000, 320):
+        await vad.analyze_audio(speech_16k[2 * start : 2 * (start + 320)])
+    assert not vad._executor._threads  # pipecat's per-analyzer thread was never started
