@@ -149,6 +149,18 @@ def _parser() -> argparse.ArgumentParser:
     pooling.add_argument(
         "--output", default="docs/benchmarks/pooling.md", help="where to write the results"
     )
+    speculation = benches.add_parser(
+        "speculation",
+        help="in phrase mode, the commit to the LLM's first words with the LLM asked at the "
+        "commit and asked at the transcript, for several gaps between the two",
+    )
+    speculation.add_argument("--turns", type=int, default=20, help="turns per cell (>= 5)")
+    speculation.add_argument(
+        "--llm-ms", type=float, default=100.0, help="the stub LLM's time to its first word"
+    )
+    speculation.add_argument(
+        "--output", default="docs/benchmarks/speculation.md", help="where to write the results"
+    )
     stt = benches.add_parser(
         "stt",
         help="the STT server's audio seconds per wall second with finals batched across "
@@ -301,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
             print("--sentences must be at least 100", file=sys.stderr)
             return 2
         return run_guard_bench(args.output, args.sentences)
+    if args.command == "bench" and args.bench == "speculation":
+        from agent.bench_speculation import run_speculation_bench
+
+        return run_speculation_bench(args.turns, args.llm_ms, args.output)
     if args.command == "bench" and args.bench == "pooling":
         from agent.bench_pooling import run_pooling_bench
 

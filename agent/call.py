@@ -63,6 +63,7 @@ from agent.records import (
 )
 from agent.sessions import ServiceSessions
 from agent.smart_turn import SmartTurnAnalyzer
+from agent.speculation import Speculation
 from agent.store import StoreWriter
 from agent.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.tts import StreamingTTSService
@@ -194,22 +195,21 @@ class Call:
         phrasing_deadline_s = settings.llm_phrase_deadline_ms / 1000.0
         # With the policy's templates (LLM_MODE=templates) no turn asks the LLM: it is left
         # out of the pipeline, and no frame pays the hop through it.
-        llms: tuple[FrameProcessor, ...] = ()
+        llm: ChatCompletionsLLMService | None = None
         if self.policy is None or settings.llm_mode != "templates":
-            llms = (
-                ChatCompletionsLLMService(
-                    sessions=self._ctx.sessions,
-                    base_url=models.llm_url,
-                    api_key=settings.llm_api_key,
-                    model=settings.llm_model,
-                    max_tokens=settings.llm_max_tokens,
-                    system_instruction=self._ctx.prompts.system,
-                    answer_timeout_s=phrasing_deadline_s
-                    if settings.llm_mode == "phrase" and self.policy is not None
-                    else None,
-                    on_event=self._record_event,
-                ),
+            llm = ChatCompletionsLLMService(
+                sessions=self._ctx.sessions,
+                base_url=models.llm_url,
+                api_key=settings.llm_api_key,
+                model=settings.llm_model,
+                max_tokens=settings.llm_max_tokens,
+                system_instruction=self._ctx.prompts.system,
+                answer_timeout_s=phrasing_deadline_s
+                if settings.llm_mode == "phrase" and self.policy is not None
+                else None,
+                on_event=self._record_event,
             )
+        llms: tuple[FrameProcessor, ...] = () if llm is None else (llm,)
         tts = self._build_tts()
         context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
         aggregators = LLMContextAggregatorPair(
@@ -239,6 +239,10 @@ class Call:
             )
             self._policy_processor = PolicyProcessor(self.policy, self._record_event, phrasing)
             thinkers = (self._policy_processor, *llms)
+            if phrasing is not None and llm is not None and settings.llm_speculation:
+                speculation = Speculation(self.policy, phrasing, context, llm)
+                stt.listener = speculation
+                self._policy_processor.speculation = speculation
             guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
         # The recording taps the caller's audio after the policy, which judges the words
         # first (DOMAIN C11), and the agent's as it is played (agent/recording.py).

@@ -201,6 +201,8 @@ class Settings:
     llm_mode: str = "templates"
     #: Production mode: the LLM's first words later than this, the policy's text is said.
     llm_phrase_deadline_ms: int = 200
+    #: In phrase mode, ask the LLM at the transcript, before the turn is committed.
+    llm_speculation: bool = True
     # Listening.
     vad: str = "webrtc"
     vad_aggressiveness: int = 2
@@ -308,6 +310,7 @@ class Settings:
             llm_max_tokens=_int(env, "LLM_MAX_TOKENS", 40),
             llm_mode=llm_mode,
             llm_phrase_deadline_ms=_positive(env, "LLM_PHRASE_DEADLINE_MS", 200),
+            llm_speculation=_bool(env, "LLM_SPECULATION", True),
             vad=vad,
             vad_aggressiveness=aggressiveness,
             vad_start_secs=_float(env, "VAD_START_SECS", 0.2),

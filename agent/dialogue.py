@@ -50,6 +50,7 @@ from pipecat.utils.string import match_endofsentence
 from agent.guard import GuardContext, OutputGuard
 from agent.phrasing import Phrasing, Push
 from agent.policy import ConversationPolicy, PolicyEvent, Reply
+from agent.speculation import Speculation
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +84,14 @@ class PolicyProcessor(FrameProcessor):
         self._phrasing = phrasing
         if phrasing is not None:
             phrasing.bind(self.speak)
+        #: The LLM asked ahead of each turn's end, in phrase mode (set by the call).
+        self.speculation: Speculation | None = None
+        self._deadlines: set[asyncio.Task[None]] = set()
+
+    async def cleanup(self) -> None:
+        for deadline in list(self._deadlines):  # the call ended before they passed
+            await self.cancel_task(deadline)
+        await super().cleanup()
 
     async def _deadline(self, turn: int) -> None:
         """Speak the policy's text if the LLM has not begun phrasing it in time."""
@@ -115,6 +124,8 @@ class PolicyProcessor(FrameProcessor):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, LLMContextFrame) and direction is FrameDirection.DOWNSTREAM:
+            if self.speculation is not None:
+                self.speculation.committed()
             text = _last_caller_text(frame)
             if not text:
                 return
@@ -124,7 +135,9 @@ class PolicyProcessor(FrameProcessor):
                 messages = frame.context.get_messages()
                 request = self._phrasing.context(messages, text, reply)
                 turn = self._phrasing.turn
-                self.create_task(self._deadline(turn), name="phrase_deadline")
+                deadline = self.create_task(self._deadline(turn), name="phrase_deadline")
+                self._deadlines.add(deadline)
+                deadline.add_done_callback(self._deadlines.discard)
                 await self.push_frame(PhraseRequestFrame(turn))
                 await self.push_frame(LLMContextFrame(request))
             else:

@@ -14,17 +14,23 @@ later turn waits behind the dead request. A live server that is slow to find
 its first words is not cut off here (the phrasing deadline decides what is
 spoken). Failures are logged and recorded (``llm_unavailable``) once per
 outage, not once per turn.
+
+A request may be sent ahead of the turn's end (``prefetch``, ``agent.speculation``): the
+turn's own request, if it is the same, is answered from that stream, already under way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import openai
+from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.openai.llm import OpenAILLMService
 
@@ -65,6 +71,10 @@ class ChatCompletionsLLMService(OpenAILLMService):
         self._answered = False
         #: Why the LLM is not answering, while an outage lasts.
         self._outage: str | None = None
+        #: The request sent ahead of the turn's end: its key and the stream on its way.
+        self._prefetch: tuple[str, asyncio.Task[Any]] | None = None
+        #: Turns answered from a request sent ahead, and requests sent ahead for nothing.
+        self.prefetch_hits = self.prefetch_misses = 0
         super().__init__(
             api_key=api_key,
             base_url=base_url,
@@ -91,8 +101,41 @@ class ChatCompletionsLLMService(OpenAILLMService):
     ) -> Any:
         return self._sessions.openai_client(base_url=base_url, api_key=api_key)
 
+    def prefetch(self, context: LLMContext) -> None:
+        """Send ``context``'s request now, in place of any sent before: the turn's own
+        request is answered from its stream if it is the same."""
+        self.cancel_prefetch()
+        task = asyncio.get_running_loop().create_task(
+            OpenAILLMService.get_chat_completions(self, context), name="llm_prefetch"
+        )
+        self._prefetch = (request_key(context), task)
+
+    def cancel_prefetch(self) -> None:
+        """Give up the request sent ahead, if any (its stream is closed)."""
+        prefetch, self._prefetch = self._prefetch, None
+        if prefetch is not None:
+            self.prefetch_misses += 1
+            _discard(prefetch[1])
+
+    async def cleanup(self) -> None:
+        self.cancel_prefetch()
+        await super().cleanup()
+
+    async def _prefetched(self, context: LLMContext) -> Any | None:
+        """The stream of the request sent ahead, if it is ``context``'s; else None."""
+        prefetch = self._prefetch
+        if prefetch is None:
+            return None
+        if prefetch[0] != request_key(context):
+            self.cancel_prefetch()
+            return None
+        self._prefetch = None
+        self.prefetch_hits += 1
+        logger.debug("answered from the request sent before the turn ended")
+        return await prefetch[1]  # its failure is this request's (the server is down)
+
     async def get_chat_completions(self, context: LLMContext) -> Any:
-        stream = await super().get_chat_completions(context)
+        stream = await self._prefetched(context) or await super().get_chat_completions(context)
         progress = self._progress
         if progress is None:
             return stream
@@ -140,6 +183,27 @@ class ChatCompletionsLLMService(OpenAILLMService):
         logger.warning("LLM unavailable (%s): the policy's own texts are spoken", reason)
         if self._on_event is not None:
             self._on_event(PolicyEvent("llm_unavailable", {"reason": reason}, datetime.now(UTC)))
+
+
+def request_key(context: LLMContext) -> str:
+    """What makes two requests the same: their messages and the names of their tools."""
+    tools = context.tools
+    names = [t.name for t in tools.standard_tools] if isinstance(tools, ToolsSchema) else []
+    return json.dumps([context.get_messages(), names], sort_keys=True, default=str)
+
+
+def _discard(task: asyncio.Task[Any]) -> None:
+    """Stop a request sent ahead: cancelled on its way, or its stream closed."""
+
+    def close(done: asyncio.Task[Any]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return  # (its failure was for nobody)
+        stream = done.result()
+        with contextlib.suppress(RuntimeError):  # the loop is closing
+            asyncio.get_running_loop().create_task(stream.close())
+
+    task.add_done_callback(close)
+    task.cancel()
 
 
 class _Watched:

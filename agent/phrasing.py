@@ -105,22 +105,33 @@ class Phrasing:
         self._speak = speak
 
     def context(self, history: list[Any], caller_text: str, reply: Reply) -> LLMContext:
-        """The LLM request for this turn: the call so far, then the narrow instruction."""
-        assert reply.phrase is not None
+        """This turn's LLM request, the one the guard now waits on (``request``)."""
         self.pending = reply
         self.turn += 1
         self.expired = self._started = False
+        self._request = self.request(history, caller_text, reply, self.policy)
+        return self._request
+
+    def request(
+        self, history: list[Any], caller_text: str, reply: Reply, policy: ConversationPolicy
+    ) -> LLMContext:
+        """The LLM request for a turn that left ``policy`` as it is: the call so far, then
+        the narrow instruction. ``policy`` is the call's own, or a copy that answered a
+        turn not yet over (``agent.speculation``)."""
+        assert reply.phrase is not None
         messages = list(history)
         if messages and isinstance(messages[-1], dict) and messages[-1].get("role") == "user":
             messages.pop()
-        messages.append({"role": "user", "content": self.instruction(caller_text, reply.phrase)})
-        names = self.policy.tools()
-        tools = ToolsSchema(standard_tools=[self._schema(n) for n in names])
-        self._request = LLMContext(messages=messages, tools=tools)
-        return self._request
+        instruction = self.instruction(caller_text, reply.phrase, policy)
+        messages.append({"role": "user", "content": instruction})
+        tools = ToolsSchema(standard_tools=[self._schema(n) for n in policy.tools()])
+        return LLMContext(messages=messages, tools=tools)
 
-    def instruction(self, caller_text: str, reference: str) -> str:
-        policy, account = self.policy, self.policy.account
+    def instruction(
+        self, caller_text: str, reference: str, policy: ConversationPolicy | None = None
+    ) -> str:
+        policy = policy or self.policy
+        account = policy.account
         if policy.verified:
             state = f"talking with {account.consumer_name}, identity verified; {policy.stage}"
             facts = (

@@ -29,7 +29,7 @@ import json
 import logging
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from pipecat.frames.frames import (
@@ -79,6 +79,16 @@ class StreamLost(ConnectionError):
     """The server closed a new stream before it was ready."""
 
 
+class UtteranceListener(Protocol):
+    """Told of the caller's words the moment the STT has them (``agent.speculation``)."""
+
+    def heard(self, text: str) -> None:
+        """An utterance's final transcript, before it goes down the pipeline."""
+
+    def resumed(self) -> None:
+        """The caller started speaking again."""
+
+
 class StreamingSTTService(STTService):
     """Streams caller audio to an STT server and pushes its final transcripts."""
 
@@ -126,6 +136,8 @@ class StreamingSTTService(STTService):
         self._held = False
         #: The rest of an utterance cut by a loss is not sent (half a sentence).
         self._discarding = False
+        #: Who is told of each utterance ahead of the pipeline, if anyone.
+        self.listener: UtteranceListener | None = None
 
     def can_generate_metrics(self) -> bool:
         return True
@@ -234,6 +246,8 @@ class StreamingSTTService(STTService):
             self._awaiting.discard(turn)
             self.confirm_finalize()
         if text:
+            if self.listener is not None:
+                self.listener.heard(text)
             await self.push_frame(TranscriptionFrame(text, self._user_id, time_now_iso8601()))
 
     # -- a lost stream -----------------------------------------------------------
@@ -354,6 +368,8 @@ class StreamingSTTService(STTService):
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         if isinstance(frame, VADUserStartedSpeakingFrame):
             self._speaking = True
+            if self.listener is not None:
+                self.listener.resumed()
             if self._recovery is not None:
                 # The caller speaks while nobody listens.
                 self._missed = True

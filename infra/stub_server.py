@@ -10,8 +10,10 @@ Run: ``python -m infra.stub_server --host 127.0.0.1 --port 8009``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -30,6 +32,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_TRANSCRIPT = "yes that is me"
 DEFAULT_REPLY = "Thank you. How can I help you today?"
 STUB_MODEL = "stub"
+#: The environment variable that sets the stub LLM's time to first token (ms).
+FIRST_TOKEN_ENV = "STUB_LLM_FIRST_TOKEN_MS"
 
 
 class FixedTranscriber:
@@ -78,10 +82,13 @@ def _words(text: str) -> list[str]:
 
 
 class StubChat:
-    """``POST /v1/chat/completions`` with a fixed reply, streamed as OpenAI SSE chunks."""
+    """``POST /v1/chat/completions`` with a fixed reply, streamed as OpenAI SSE chunks,
+    its first word ``first_token_s`` after the request (a real server's time to first
+    token, for ``bench speculation``)."""
 
-    def __init__(self, reply: str = DEFAULT_REPLY) -> None:
+    def __init__(self, reply: str = DEFAULT_REPLY, first_token_s: float = 0.0) -> None:
         self.reply = reply
+        self.first_token_s = first_token_s
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -131,6 +138,7 @@ class StubChat:
             return {"index": 0, "delta": delta, "finish_reason": finish_reason}
 
         await send([choice({"role": "assistant", "content": ""})])
+        await asyncio.sleep(self.first_token_s)
         for word in _words(self.reply):
             await send([choice({"content": word})])
         await send([choice({}, "stop")])
@@ -151,7 +159,9 @@ class StubChat:
         }
 
 
-def create_app(transcript: str = DEFAULT_TRANSCRIPT, reply: str = DEFAULT_REPLY) -> web.Application:
+def create_app(
+    transcript: str = DEFAULT_TRANSCRIPT, reply: str = DEFAULT_REPLY, first_token_s: float = 0.0
+) -> web.Application:
     """``/health``, ``/v1/listen``, ``/v1/speech``, ``/v1/chat/completions``, ``/v1/models``."""
     synthesizer = ToneSynthesizer()
 
@@ -174,7 +184,7 @@ def create_app(transcript: str = DEFAULT_TRANSCRIPT, reply: str = DEFAULT_REPLY)
     app.router.add_get("/health", health)
     add_listen_route(app, FixedTranscriber(transcript))
     add_speech_route(app, synthesizer)
-    app.router.add_post("/v1/chat/completions", StubChat(reply))
+    app.router.add_post("/v1/chat/completions", StubChat(reply, first_token_s))
     app.router.add_get("/v1/models", models)
     return app
 
@@ -183,9 +193,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = server_arguments("Instant stand-ins for the STT, LLM and TTS servers.")
     parser.add_argument("--transcript", default=DEFAULT_TRANSCRIPT, help="what every turn says")
     parser.add_argument("--reply", default=DEFAULT_REPLY, help="what the LLM always answers")
+    parser.add_argument(
+        "--llm-first-token-ms",
+        type=float,
+        default=float(os.environ.get(FIRST_TOKEN_ENV, "0")),
+        help=f"the LLM's time to its first word (default: ${FIRST_TOKEN_ENV} or 0)",
+    )
     args = parse_server_arguments(parser, argv)
+    if args.llm_first_token_ms < 0:
+        parser.error(f"--llm-first-token-ms must be 0 or more, got {args.llm_first_token_ms:g}")
     logger.info("stub servers on %s:%d", args.host, args.port)
-    web.run_app(create_app(args.transcript, args.reply), host=args.host, port=args.port, print=None)
+    app = create_app(args.transcript, args.reply, args.llm_first_token_ms / 1000.0)
+    web.run_app(app, host=args.host, port=args.port, print=None)
 
 
 if __name__ == "__main__":

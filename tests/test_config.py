@@ -83,3 +83,8 @@ def test_sip_is_off_unless_a_port_is_set():
     assert settings.sip_credentials == {"pbx": "s3cret"}
     assert settings.sip_trunk_auth == ("acct", "pw")
     assert "s3cret" not in repr(settings) and "pw" not in repr(settings)
+
+
+def test_speculation_is_on_unless_turned_off():
+    assert Settings.from_env({}).llm_speculation
+    assert not Settings.from_env({"LLM_SPECULATION": "0"}).llm_speculation

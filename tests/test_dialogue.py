@@ -35,6 +35,7 @@ from agent.policy import TOOLS, ConversationPolicy, Templates
 from agent.prompts import PromptSet
 from agent.scenarios import account_from
 from agent.sessions import ServiceSessions
+from agent.speculation import Speculation
 
 PROMPTS = PromptSet.load("collections-v1")
 
@@ -352,10 +353,13 @@ class Heard(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def through_the_openai_service(server_llm, deadline_s: float, *turns, wait_s: float):
+async def through_the_openai_service(
+    server_llm, deadline_s: float, *turns, wait_s: float, ahead: str | None = None
+):
     """Caller turns (``(seconds after the previous one, words)``) through PolicyProcessor,
     the real LLM service on a loopback server and the guard, as agent.call builds them:
-    what was heard, in seconds from the first turn, and the phrasing."""
+    what was heard, in seconds from the first turn, the phrasing and the LLM service.
+    With ``ahead``, those words are heard by the STT (``agent.speculation``) 0.05 s in."""
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server_llm)
     server = TestServer(app)
@@ -373,9 +377,13 @@ async def through_the_openai_service(server_llm, deadline_s: float, *turns, wait
         answer_timeout_s=deadline_s,
     )
     heard = Heard()
+    processor = PolicyProcessor(p, lambda e: None, phrasing)
+    if ahead is not None:
+        processor.speculation = Speculation(p, phrasing, LLMContext(), llm)
+        asyncio.get_running_loop().call_later(0.05, processor.speculation.heard, ahead)
     pipeline = Pipeline(
         [
-            PolicyProcessor(p, lambda e: None, phrasing),
+            processor,
             llm,
             GuardProcessor(p, lambda e: None, phrasing=phrasing),
             heard,
@@ -392,7 +400,7 @@ async def through_the_openai_service(server_llm, deadline_s: float, *turns, wait
         await sessions.close()
         await server.close()
     assert heard.responses == 0  # a late answer's start frame went no further either
-    return [(round(at - start, 2), text) for at, text in heard.texts], phrasing
+    return [(round(at - start, 2), text) for at, text in heard.texts], phrasing, llm
 
 
 OFFER = "I can do twenty dollars a month."
@@ -405,7 +413,7 @@ async def test_a_live_llm_slow_to_its_first_words_misses_the_deadline():
     """The server answers at once but its first token comes after 1 s: the policy's
     text is spoken at the deadline, and the LLM's late words never."""
     slow = StreamingLLM("Late words ", "from the model.", first_s=1.0)
-    heard, phrasing = await through_the_openai_service(slow, 0.2, (0, OFFER), wait_s=1.5)
+    heard, phrasing, _ = await through_the_openai_service(slow, 0.2, (0, OFFER), wait_s=1.5)
     assert [text for _, text in heard] == [MINIMUM], heard
     assert heard[0][0] < 0.5, heard  # the deadline, not the LLM's 1 s
     assert phrasing.expired
@@ -419,7 +427,7 @@ async def test_an_llm_whose_first_words_come_in_time_is_spoken_to_its_end():
         first_s=0.05,
         between_s=0.4,
     )
-    heard, phrasing = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0)
+    heard, phrasing, _ = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0)
     assert [text for _, text in heard] == [
         "The lowest monthly amount is fifty dollars.",
         "Could that work?",
@@ -433,7 +441,7 @@ async def test_a_late_answer_claims_no_later_turn_and_holds_up_no_policy_text():
     for a turn 3 it answers itself (at 0.9 s), are spoken on time, not after the LLM."""
     slow = StreamingLLM("Late words ", "from the model.", first_s=1.0)
     card = "My card number is 4111 1111 1111 1111."
-    heard, _ = await through_the_openai_service(
+    heard, _, _ = await through_the_openai_service(
         slow, 0.2, (0, OFFER), (0.5, OFFER), (0.4, card), wait_s=2.5
     )
     assert [text for _, text in heard][:3] == [MINIMUM, MINIMUM, NO_CARDS] and len(heard) == 4

@@ -346,3 +346,24 @@ async def test_a_server_that_upgrades_but_never_says_ready_costs_at_most_the_bud
     down = await run(stt(url, session, events, reconnect_delays_s=(0.0,) * 6), [SleepFrame(1.5)])
     assert time.monotonic() - started < 6
     assert kinds(events) == ["stt_lost", STT_UNAVAILABLE] and spoken(down) == [END]
+
+
+async def test_a_listener_hears_each_final_before_the_pipeline_and_each_new_utterance(
+    server, session
+):
+    _, url = server
+    told: list[str] = []
+
+    class Listener:
+        def heard(self, text: str) -> None:
+            told.append(f"heard {text}")
+
+        def resumed(self) -> None:
+            told.append("resumed")
+
+    service = stt(url, session, [])
+    service.listener = Listener()
+    down = await run(service, [*utterance(), SleepFrame(0.3), *utterance(), SleepFrame(0.3)])
+
+    assert heard(down) == ["hello there", "hello there"]
+    assert told == ["resumed", "heard hello there", "resumed", "heard hello there"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import aiohttp
@@ -143,3 +146,32 @@ async def test_bad_chat_requests_get_400(stub_url: str, body: bytes, complaint: 
 
     assert error["type"] == "invalid_request_error"
     assert complaint in error["message"]
+
+
+@pytest.fixture
+def slow_stub_url(tmp_path) -> Iterator[str]:
+    args = ["--llm-first-token-ms", "300"]
+    with running_server("stub", "infra.stub_server", tmp_path, args, timeout=60) as server:
+        yield server.base_url
+
+
+async def test_the_llm_can_take_its_time_to_the_first_word(slow_stub_url: str) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{slow_stub_url}/v1", api_key="none")
+    started = time.monotonic()
+    stream = await client.chat.completions.create(
+        model="stub", messages=[{"role": "user", "content": "Hi"}], stream=True
+    )
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            break
+    assert time.monotonic() - started >= 0.3  # never sooner
+
+
+def test_a_negative_first_token_time_is_refused() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.stub_server", "--llm-first-token-ms", "-5"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 2
+    assert "--llm-first-token-ms must be 0 or more" in result.stderr
