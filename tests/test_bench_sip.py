@@ -144,3 +144,9 @@ def test_capacity_compares_both_pipelines_and_profiles_them(tmp_path):
     assert report.count("| pipecat frame hops (queues, observers, metrics) |") == 2
     assert report.count("| RTP in (socket, jitter buffer, G.711 decode) |") == 2
     assert os.sched_getaffinity(0) == set(range(os.cpu_count() or 1))  # given back
+
+
+def test_where_answers_are_not_timed_the_packets_decide():
+    untimed = step(None, 20, reference_ms=400.0)
+    assert untimed.passed and untimed.answered == "–"
+    assert not step(None, 20, within_5ms=False).passed
