@@ -20,6 +20,7 @@ import asyncio
 import datetime as dt
 import sys
 import time
+from typing import Any
 
 from aiohttp import web
 from pipecat.frames.frames import Frame, LLMContextFrame, LLMTextFrame
@@ -43,7 +44,7 @@ from infra.stub_server import create_app
 
 #: The caller's side of the negotiation turn, and the agent's question before it.
 OFFER = "I can do twenty dollars a month."
-HISTORY = [{"role": "assistant", "content": "What monthly amount would work for you?"}]
+HISTORY: list[Any] = [{"role": "assistant", "content": "What monthly amount would work for you?"}]
 #: Long enough that the LLM's words are always the ones spoken: the bench times the LLM.
 DEADLINE_S = 5.0
 GAPS_MS = (0, 25, 50, 100, 200)
@@ -96,6 +97,7 @@ async def _turn(url: str, sessions: ServiceSessions, gap_s: float, ahead: bool) 
         system_instruction=prompts.system,
         answer_timeout_s=DEADLINE_S,
     )
+    phrasing.abandon = llm.abandon
     processor = PolicyProcessor(policy, ignore, phrasing)
     if ahead:
         processor.speculation = Speculation(

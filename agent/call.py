@@ -232,17 +232,19 @@ class Call:
                 Phrasing(
                     self.policy,
                     self._ctx.prompts.turn,
-                    deadline_s=settings.llm_phrase_deadline_ms / 1000.0,
+                    deadline_s=phrasing_deadline_s,
                 )
                 if settings.llm_mode == "phrase"
                 else None
             )
             self._policy_processor = PolicyProcessor(self.policy, self._record_event, phrasing)
             thinkers = (self._policy_processor, *llms)
-            if phrasing is not None and llm is not None and settings.llm_speculation:
-                speculation = Speculation(self.policy, phrasing, context, llm)
-                stt.listener = speculation
-                self._policy_processor.speculation = speculation
+            if phrasing is not None and llm is not None:
+                phrasing.abandon = llm.abandon  # a request past its deadline is given up
+                if settings.llm_speculation:
+                    speculation = Speculation(self.policy, phrasing, context, llm)
+                    stt.listener = speculation
+                    self._policy_processor.speculation = speculation
             guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
         # The recording taps the caller's audio after the policy, which judges the words
         # first (DOMAIN C11), and the agent's as it is played (agent/recording.py).

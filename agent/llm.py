@@ -10,10 +10,13 @@ phrasing deadline, and no stream may go quiet for ``STALL_TIMEOUT_S``: a request
 that breaks either is abandoned and its response ends empty, so the policy's
 own text is spoken at once (``agent.phrasing``). A server that is gone or hung
 costs the caller the deadline, not the client's timeouts and retries, and no
-later turn waits behind the dead request. A live server that is slow to find
-its first words is not cut off here (the phrasing deadline decides what is
-spoken). Failures are logged and recorded (``llm_unavailable``) once per
-outage, not once per turn.
+later turn waits behind the dead request. A live server slow to its first words
+is judged by the phrasing deadline, which gives its request up (``abandon``): cut
+if under way, never sent if still queued, so the next turn's request does not
+wait behind it and the server stops generating an answer nobody will hear;
+``LATE_ANSWERS_FOR_OUTAGE`` of those in a row (a server hung after its headers
+looks the same) are an outage. Failures are logged and recorded
+(``llm_unavailable``) once per outage, not once per turn.
 
 A request may be sent ahead of the turn's end (``prefetch``, ``agent.speculation``): the
 turn's own request, if it is the same, is answered from that stream, already under way.
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -42,6 +46,9 @@ logger = logging.getLogger(__name__)
 EventSink = Callable[[PolicyEvent], None]
 #: What a server that is gone, hung or broken looks like from here.
 UNAVAILABLE = (TimeoutError, openai.APIConnectionError, openai.InternalServerError)
+#: Requests in a row given up at the phrasing deadline (the server answers, but its first
+#: words come too late: hung after its headers, or too slow) that make an outage.
+LATE_ANSWERS_FOR_OUTAGE = 3
 #: The longest a stream may go without a chunk (the CPU model's first words on a cold
 #: start take about three seconds) before it counts as hung.
 STALL_TIMEOUT_S = 10.0
@@ -69,6 +76,12 @@ class ChatCompletionsLLMService(OpenAILLMService):
         #: Moves the current request's deadline on: the server answered, or sent a chunk.
         self._progress: Callable[[bool], None] | None = None
         self._answered = False
+        #: The request under way and its deadline; the requests given up before their turn.
+        self._current: tuple[LLMContext, asyncio.Timeout] | None = None
+        self._abandoned: weakref.WeakSet[LLMContext] = weakref.WeakSet()
+        self._cut = False
+        #: Requests in a row given up under way (``LATE_ANSWERS_FOR_OUTAGE``).
+        self._late = 0
         #: Why the LLM is not answering, while an outage lasts.
         self._outage: str | None = None
         #: The request sent ahead of the turn's end: its key and the stream on its way.
@@ -117,6 +130,16 @@ class ChatCompletionsLLMService(OpenAILLMService):
             self.prefetch_misses += 1
             _discard(prefetch[1])
 
+    def abandon(self, context: LLMContext) -> None:
+        """Give up ``context``'s request: its answer would be dropped (too late)."""
+        current = self._current
+        if current is not None and current[0] is context:
+            if not current[1].expired():  # (else its own timeout has just cut it)
+                self._cut = True
+                current[1].reschedule(asyncio.get_running_loop().time())
+        else:
+            self._abandoned.add(context)
+
     async def cleanup(self) -> None:
         self.cancel_prefetch()
         await super().cleanup()
@@ -144,38 +167,44 @@ class ChatCompletionsLLMService(OpenAILLMService):
         return _Watched(stream, progress)
 
     async def _process_context(self, context: LLMContext) -> None:
+        if context in self._abandoned:  # too late before it was sent: its response ends empty
+            self._abandoned.discard(context)
+            logger.debug("LLM request given up before it was sent")
+            return
         loop = asyncio.get_running_loop()
-        self._answered = False
+        self._answered = self._cut = False
         try:
             async with asyncio.timeout(None) as deadline:
 
                 def progress(done: bool) -> None:
-                    deadline.reschedule(None if done else loop.time() + STALL_TIMEOUT_S)
+                    if not (self._cut or deadline.expired()):  # a chunk that crossed a cut
+                        deadline.reschedule(None if done else loop.time() + STALL_TIMEOUT_S)
 
                 first = self._answer_timeout_s
                 deadline.reschedule(loop.time() + (STALL_TIMEOUT_S if first is None else first))
-                self._progress = progress
+                self._progress, self._current = progress, (context, deadline)
                 try:
                     await super()._process_context(context)
                 finally:
-                    self._progress = None
+                    self._progress = self._current = None
         except UNAVAILABLE as e:
             # The response ends empty (pipecat's LLMFullResponseEndFrame follows), so the
             # policy's text stands in for it; not an ErrorFrame and its log line per turn.
-            self._unavailable(e)
+            if self._cut and self._answered:  # live, but its first words came too late
+                self._late += 1
+                if self._late < LATE_ANSWERS_FOR_OUTAGE:
+                    logger.debug("LLM request given up under way (its answer came too late)")
+                    return
+                self._unavailable(f"its last {self._late} answers came too late")
+            else:
+                self._unavailable(_reason(e, self._answered, self._answer_timeout_s))
             return
+        self._late = 0
         if self._outage is not None:
             logger.info("LLM answering again (it was unavailable: %s)", self._outage)
             self._outage = None
 
-    def _unavailable(self, error: Exception) -> None:
-        if isinstance(error, TimeoutError) and self._answered:
-            reason = f"its stream stalled for {STALL_TIMEOUT_S:.0f} s"
-        elif isinstance(error, TimeoutError):
-            limit = self._answer_timeout_s or STALL_TIMEOUT_S
-            reason = f"no answer within {limit * 1000:.0f} ms"
-        else:
-            reason = f"{type(error).__name__}: {error}"
+    def _unavailable(self, reason: str) -> None:
         if self._outage is not None:
             logger.debug("LLM still unavailable: %s", reason)
             return
@@ -183,6 +212,15 @@ class ChatCompletionsLLMService(OpenAILLMService):
         logger.warning("LLM unavailable (%s): the policy's own texts are spoken", reason)
         if self._on_event is not None:
             self._on_event(PolicyEvent("llm_unavailable", {"reason": reason}, datetime.now(UTC)))
+
+
+def _reason(error: Exception, answered: bool, answer_timeout_s: float | None) -> str:
+    """Why a request failed, in the words of the ``llm_unavailable`` event."""
+    if isinstance(error, TimeoutError) and answered:
+        return f"its stream stalled for {STALL_TIMEOUT_S:.0f} s"
+    if isinstance(error, TimeoutError):
+        return f"no answer within {(answer_timeout_s or STALL_TIMEOUT_S) * 1000:.0f} ms"
+    return f"{type(error).__name__}: {error}"
 
 
 def request_key(context: LLMContext) -> str:

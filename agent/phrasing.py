@@ -14,7 +14,8 @@ version is missing or blocked the policy's vetted text is spoken instead.
 The caller must never wait on it: when the LLM's first words (its first text
 token or a tool call, not pipecat's response-start frame, which comes before the
 request is even sent) have not come within ``deadline_s`` of the request, the
-policy's text is spoken and the LLM's late answer (text or tool call) is dropped.
+policy's text is spoken and the LLM's late answer (text or tool call) is dropped: the
+request is given up (``abandon``, bound to the LLM service's), so no later turn waits on it.
 
 The instruction is the last message, after the system prompt and the call so
 far, so the system part stays a stable prefix for the server's KV cache.
@@ -82,6 +83,7 @@ class Phrasing:
     says the current one missed its deadline and whatever the LLM says is dropped.
     ``past_llm`` (bound by the guard) is where the policy's texts go while that is
     so: the LLM holds every frame queued behind the request it is still waiting on.
+    ``abandon`` (bound by the call) gives up an expired request in the LLM service.
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class Phrasing:
         self._request: LLMContext | None = None
         self._speak: Speak | None = None
         self.past_llm: Push | None = None
+        self.abandon: Callable[[LLMContext], None] | None = None
 
     def bind(self, speak: Speak) -> None:
         """Where the policy's answer to a tool call is spoken (its events go with it)."""
@@ -196,6 +199,8 @@ class Phrasing:
         if turn != self.turn or self._started or self.pending is None:
             return None
         self.expired = True
+        if self.abandon is not None and self._request is not None:
+            self.abandon(self._request)
         return self.take_fallback()
 
     def take_fallback(self) -> Reply | None:

@@ -22,6 +22,7 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
+import agent.llm
 from agent.dialogue import (
     GuardProcessor,
     PhraseRequestFrame,
@@ -31,7 +32,7 @@ from agent.dialogue import (
 )
 from agent.llm import ChatCompletionsLLMService
 from agent.phrasing import Phrasing
-from agent.policy import TOOLS, ConversationPolicy, Templates
+from agent.policy import TOOLS, ConversationPolicy, PolicyEvent, Templates
 from agent.prompts import PromptSet
 from agent.scenarios import account_from
 from agent.sessions import ServiceSessions
@@ -317,22 +318,35 @@ async def test_when_the_llm_misses_its_deadline_the_policy_speaks_and_the_late_a
 
 class StreamingLLM:
     """An OpenAI-compatible server that is up at once (its headers come first) but
-    streams its text only after ``first_s``: a live, slow model."""
+    streams its text only after ``first_s`` (``then_s`` for the requests after the
+    first): a live, slow model. ``finished`` says, per request, if it streamed to
+    the end (False: the client went away first)."""
 
-    def __init__(self, *pieces: str, first_s: float, between_s: float = 0.0) -> None:
+    def __init__(
+        self, *pieces: str, first_s: float, between_s: float = 0.0, then_s: float | None = None
+    ) -> None:
         self.pieces, self.first_s, self.between_s = pieces, first_s, between_s
+        self.then_s = first_s if then_s is None else then_s
+        self.finished: list[bool] = []
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         await request.read()
+        first_s = self.then_s if self.finished else self.first_s
+        self.finished.append(False)
+        index = len(self.finished) - 1
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        await asyncio.sleep(self.first_s)
+        await asyncio.sleep(first_s)
         deltas = [({"role": "assistant", "content": p}, None) for p in self.pieces]
-        for i, (delta, finish) in enumerate([*deltas, ({}, "stop")]):
-            if i:
-                await asyncio.sleep(self.between_s)
-            await _write_chunk(response, delta, finish)
-        await response.write(b"data: [DONE]\n\n")
+        try:
+            for i, (delta, finish) in enumerate([*deltas, ({}, "stop")]):
+                if i:
+                    await asyncio.sleep(self.between_s)
+                await _write_chunk(response, delta, finish)
+            await response.write(b"data: [DONE]\n\n")
+        except ConnectionResetError:
+            return response
+        self.finished[index] = True
         return response
 
 
@@ -354,12 +368,18 @@ class Heard(FrameProcessor):
 
 
 async def through_the_openai_service(
-    server_llm, deadline_s: float, *turns, wait_s: float, ahead: str | None = None
+    server_llm,
+    deadline_s: float,
+    *turns,
+    wait_s: float,
+    ahead: str | None = None,
+    events: list[PolicyEvent] | None = None,
 ):
     """Caller turns (``(seconds after the previous one, words)``) through PolicyProcessor,
     the real LLM service on a loopback server and the guard, as agent.call builds them:
     what was heard, in seconds from the first turn, the phrasing and the LLM service.
-    With ``ahead``, those words are heard by the STT (``agent.speculation``) 0.05 s in."""
+    With ``ahead``, those words are heard by the STT (``agent.speculation``) 0.05 s in;
+    the LLM service's events go to ``events``."""
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server_llm)
     server = TestServer(app)
@@ -375,7 +395,9 @@ async def through_the_openai_service(
         max_tokens=40,
         system_instruction="You are the agent.",
         answer_timeout_s=deadline_s,
+        on_event=None if events is None else events.append,
     )
+    phrasing.abandon = llm.abandon
     heard = Heard()
     processor = PolicyProcessor(p, lambda e: None, phrasing)
     if ahead is not None:
@@ -447,6 +469,45 @@ async def test_a_late_answer_claims_no_later_turn_and_holds_up_no_policy_text():
     assert [text for _, text in heard][:3] == [MINIMUM, MINIMUM, NO_CARDS] and len(heard) == 4
     limits = (0.5, 1.0, 1.2, 1.2)  # the LLM's words would come at 1 s, then 2 s
     assert all(at < limit for (at, _), limit in zip(heard, limits, strict=True)), heard
+
+
+async def test_a_request_past_its_deadline_is_given_up_and_the_next_turn_waits_on_nothing():
+    """Turn 1's LLM is slow (1 s to its first words), turn 2's quick: turn 1's stream is
+    cut at its deadline, so turn 2's request goes at once and its words are spoken."""
+    llm = StreamingLLM("The lowest amount is fifty dollars a month.", first_s=1.0, then_s=0.05)
+    events: list[PolicyEvent] = []
+    heard, _, _ = await through_the_openai_service(
+        llm, 0.2, (0, OFFER), (0.5, OFFER), wait_s=1.5, events=events
+    )
+    assert [text for _, text in heard] == [MINIMUM, "The lowest amount is fifty dollars a month."]
+    assert heard[1][0] < 0.7, heard  # turn 2's own deadline (0.5 + 0.2), not turn 1's 1 s
+    assert llm.finished == [False, True]
+    assert events == []  # one late answer is no outage
+
+
+async def test_a_stream_gone_quiet_after_its_first_words_is_given_up_as_stalled(monkeypatch):
+    monkeypatch.setattr(agent.llm, "STALL_TIMEOUT_S", 0.3)
+    llm = StreamingLLM(MINIMUM, " And then", first_s=0.05, between_s=2.0)
+    events: list[PolicyEvent] = []
+    heard, _, _ = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0, events=events)
+    assert [text for _, text in heard] == [MINIMUM.split(". ")[0] + ".", MINIMUM.split(". ")[1]]
+    assert [e.kind for e in events] == ["llm_unavailable"]
+    assert "stalled" in events[0].detail["reason"]
+
+
+async def test_a_request_given_up_while_queued_is_never_sent():
+    """Turn 1's answer (begun in time) streams past turn 2's deadline: turn 2's request,
+    still queued behind it, is dropped there instead of being sent for nothing."""
+    llm = StreamingLLM("Fifty dollars a month is the least.", first_s=0.05, between_s=0.6)
+    heard, phrasing, _ = await through_the_openai_service(
+        llm, 0.2, (0, OFFER), (0.1, OFFER), wait_s=1.5
+    )
+    # Turn 1 is spoken from 0.05 s and its stream ends at ~0.65 s; at turn 2's deadline
+    # (0.3 s) the policy answers it and its request is given up.
+    assert [text for _, text in heard] == ["Fifty dollars a month is the least.", MINIMUM]
+    assert heard[1][0] < 0.5, heard
+    assert llm.finished == [True]
+    assert phrasing.expired
 
 
 async def test_the_first_clause_goes_ahead_and_the_whole_sentence_is_still_checked():

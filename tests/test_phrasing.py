@@ -107,10 +107,14 @@ async def _call_tool(p, context, **arguments):
 
 async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
     p = phrasing(*VERIFY, min_installment=50)
+    abandoned = []
+    p.abandon = abandoned.append
     reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
     request = p.context([], "I can do twenty dollars a month.", reply)
     assert p.expire(p.turn - 1) is None  # an earlier request's deadline never fires here
+    assert abandoned == []
     assert p.expire(p.turn) is reply and p.expired
+    assert abandoned == [request]  # the LLM service gives the request up
     assert not p.begin(p.turn)  # the LLM's words, when they come, are dropped
     spoken = []
     p.bind(lambda r: _append(spoken, r))
@@ -122,10 +126,13 @@ async def test_after_the_deadline_the_llm_is_too_late_for_tools_and_words():
 
 def test_once_the_llm_has_begun_the_deadline_passes_quietly():
     p = phrasing(*VERIFY, min_installment=50)
+    abandoned = []
+    p.abandon = abandoned.append
     reply = p.policy.on_caller_turn("I can do twenty dollars a month.")
     p.context([], "I can do twenty dollars a month.", reply)
     assert p.begin(p.turn)
     assert p.expire(p.turn) is None and not p.expired
+    assert abandoned == []  # its answer is being spoken
 
 
 def two_requests() -> tuple[Phrasing, object]:
