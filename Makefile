@@ -21,12 +21,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[cpu-models,dev]'
 	touch $@
 
-# What the tests drive besides Python: a real browser, network namespaces, sox,
+# What the tests drive besides Python: a real browser, network namespaces, sox, espeak-ng
+# (a second caller voice),
 # sipp (a real SIP peer), Kamailio (the SIP edge) and PostgreSQL's server programs
 # (the fault tests restart a private cluster of their own, never the shared one).
 system-test-deps:
-	@if ! command -v chromium >/dev/null || ! command -v ip >/dev/null || ! command -v sox >/dev/null || ! command -v sipp >/dev/null || ! test -x /usr/sbin/kamailio || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox sip-tester kamailio postgresql >/dev/null; \
+	@if ! command -v chromium >/dev/null || ! command -v ip >/dev/null || ! command -v sox >/dev/null || ! command -v sipp >/dev/null || ! command -v espeak-ng >/dev/null || ! test -x /usr/sbin/kamailio || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium iproute2 sox sip-tester espeak-ng kamailio postgresql >/dev/null; \
 	fi
 
 $(VENDOR)/chart.umd.min.js:

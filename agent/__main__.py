@@ -140,6 +140,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     guard.add_argument("--sentences", type=int, default=2000, help="sentences to time (>= 100)")
     guard.add_argument("--output", default="docs/benchmarks/guard.md", help="where to write")
+    guard.add_argument(
+        "--phrase",
+        action="store_true",
+        help="also run phrase mode over the builtin scenarios with the embedded base model "
+        "(started here) and report the sentences generated, blocked and spoken",
+    )
+    guard.add_argument(
+        "--repeats", type=int, default=3, help="with --phrase: runs of each scenario (>= 1)"
+    )
     pooling = benches.add_parser(
         "pooling",
         help="time to first byte of the TTS and LLM clients, pooled keep-alive connections "
@@ -208,10 +217,12 @@ def _parser() -> argparse.ArgumentParser:
         help="then run each pipeline with CALLS calls under py-spy: where the CPU goes",
     )
     capacity.add_argument("--output", default="docs/benchmarks/capacity.md", help="where to write")
+    from agent.bench_compliance import add_compliance_parser
     from agent.bench_console import add_calls_parser
     from agent.bench_endpoint import add_endpoint_parser
 
     add_calls_parser(benches)
+    add_compliance_parser(benches)
     add_endpoint_parser(benches)
     return parser
 
@@ -277,6 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         from agent.bench_endpoint import run_endpoint_command
 
         return run_endpoint_command(args, settings)
+    if args.command == "bench" and args.bench == "compliance":
+        from agent.bench_compliance import run_compliance_command
+
+        return run_compliance_command(args)
     if args.command == "bench" and args.bench == "calls":
         from agent.bench_console import run_calls_command
 
@@ -312,7 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.sentences < 100:
             print("--sentences must be at least 100", file=sys.stderr)
             return 2
-        return run_guard_bench(args.output, args.sentences)
+        if args.repeats < 1:
+            print("--repeats must be at least 1", file=sys.stderr)
+            return 2
+        return run_guard_bench(args.output, args.sentences, args.repeats if args.phrase else 0)
     if args.command == "bench" and args.bench == "speculation":
         from agent.bench_speculation import run_speculation_bench
 

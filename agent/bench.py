@@ -530,13 +530,17 @@ def _guard_bench_corpus() -> tuple[list[tuple[str, bool]], list[str]]:
     return agent, caller
 
 
-def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2000) -> int:
+def run_guard_bench(
+    output: str = "docs/benchmarks/guard.md", sentences: int = 2000, phrase_repeats: int = 0
+) -> int:
     """``python -m agent bench guard``: the output guard and the turn reader, per sentence.
 
     Both run on every turn in the audio path, so they are timed against what the
     pipeline already spends there in the same run: pipecat's sentence aggregation
-    (``match_endofsentence`` on the text so far, once per streamed word, as the
-    guard's processor calls it) and, as a floor, one ``re.search``.
+    (``match_endofsentence`` on the text so far, once per streamed word) and, as a
+    floor, one ``re.search``. With ``phrase_repeats``, phrase mode is also run over the
+    builtin scenarios with the embedded base model (``agent.bench_phrase``); the
+    command fails if a sentence it spoke fails the allow-list.
     """
     import datetime as dt
     import re
@@ -544,7 +548,7 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
 
     from pipecat.utils.string import match_endofsentence
 
-    from agent.guard import GuardContext, OutputGuard
+    from agent.guard import GuardContext, Instruction, OutputGuard
     from agent.scenarios import account_from
     from agent.understanding import redact_card_numbers, understand
 
@@ -554,6 +558,26 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
     demo = account_from({})
     verified = GuardContext.for_account(demo, verified=True)
     unverified = GuardContext.for_account(demo, verified=False)
+    # With the turn's instruction (the policy's counter-offer; before verification, the
+    # identity question), as the guard's processor checks phrased turns.
+    counter = (
+        "The lowest monthly payment I can set up is $100 a month, for 12 months. "
+        "Would that work for you?"
+    )
+    question = f"Am I speaking with {demo.consumer_name}?"
+    instructed = {
+        True: GuardContext.for_account(
+            demo, verified=True, instruction=Instruction.for_turn(counter, demo, verified=True)
+        ),
+        False: GuardContext.for_account(
+            demo,
+            verified=False,
+            instruction=Instruction.for_turn(question, demo, verified=False),
+        ),
+    }
+    responses = [
+        (f"{agent[i][0]} {agent[(i + 1) % len(agent)][0]}", agent[i][1]) for i in range(len(agent))
+    ] + [(counter, True), (f"Thank you. {counter}", True), (question, False)]
     trivial = re.compile(r"\bfee\b")
     today = dt.date(2026, 12, 2)
 
@@ -569,11 +593,16 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
         "blocked": [],
         "redact": [],
         "understand": [],
+        "allow": [],
+        "response": [],
     }
     # One untimed pass loads what loads lazily (regex caches, the sentence splitter).
     for sentence, is_verified in agent:
         guard.check(sentence, verified if is_verified else unverified)
+        guard.check(sentence, instructed[is_verified])
         aggregate(sentence)
+    for text, is_verified in responses:
+        guard.check_response(text, instructed[is_verified])
     for turn in caller:
         understand(turn, today=today)
     blocked_count = 0
@@ -599,6 +628,14 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
         t6 = time.perf_counter_ns()
         samples["redact"].append(t5 - t4)
         samples["understand"].append(t6 - t5)
+        t7 = time.perf_counter_ns()
+        guard.check(sentence, instructed[is_verified])
+        t8 = time.perf_counter_ns()
+        text, response_verified = responses[n % len(responses)]
+        guard.check_response(text, instructed[response_verified])
+        t9 = time.perf_counter_ns()
+        samples["allow"].append(t8 - t7)
+        samples["response"].append(t9 - t8)
     samples["guard"] = samples["allowed"] + samples["blocked"]
 
     floor = percentile(samples["baseline"], 0.5) / 1000
@@ -609,6 +646,8 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
         ("guard", "`OutputGuard.check`, per sentence, all"),
         ("allowed", "`OutputGuard.check`, sentences allowed"),
         ("blocked", "`OutputGuard.check`, sentences blocked"),
+        ("allow", "`OutputGuard.check` with the turn's instruction (deny + allow-list)"),
+        ("response", "`OutputGuard.check_response`, per LLM response (1-2 sentences)"),
         ("redact", "`redact_card_numbers`, per caller turn"),
         ("understand", "`understand` (redaction included), per caller turn"),
     ]
@@ -630,7 +669,8 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
             "# Output guard and turn reader: cost per sentence",
             "",
             f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with "
-            f"`python -m agent bench guard --sentences {sentences}`.",
+            f"`python -m agent bench guard --sentences {sentences}"
+            f"{f' --phrase --repeats {phrase_repeats}' if phrase_repeats else ''}`.",
             "",
             f"{sentences} agent sentences ({len(agent)} distinct, {blocked_count} checks "
             "blocked) and as many caller turns "
@@ -642,8 +682,30 @@ def run_guard_bench(output: str = "docs/benchmarks/guard.md", sentences: int = 2
             "text so far once per streamed word. The floor is one `re.search` of a trivial "
             "precompiled pattern. The budget for the guard is 1-2 ms per sentence.",
             "",
+            "A phrased turn is checked with its instruction: the deny rules, then the "
+            "allow-list (every figure, name, date, word of it justified by the policy's "
+            "reference and the stage's facts), then the response as a whole (its length, "
+            "the reference's figures, question and key terms). The guard's processor holds "
+            "the LLM's whole response until all of that has passed, so nothing of it is "
+            "spoken before: the voice starts at the response's end, not at its first "
+            "clause as before this check. What that costs is the LLM's time from its first "
+            "words to its last, not the check (tens of µs): see the phrase-mode section, "
+            "where it is measured on the CPU model.",
+            "",
             text,
             "",
         ]
     )
-    return _write_report(output, report)
+    code = 0
+    if phrase_repeats:
+        import asyncio
+
+        from agent.bench_phrase import phrase_audit, report_section
+
+        command = f"python -m agent bench guard --phrase --repeats {phrase_repeats}"
+        audit = asyncio.run(phrase_audit(repeats=phrase_repeats))
+        for name, value in audit.totals().items():
+            print(f"{name}: {value}")
+        report += "\n" + report_section(audit, command)
+        code = 1 if audit.violations else 0
+    return _write_report(output, report) or code

@@ -70,12 +70,12 @@ class _FirstWords(FrameProcessor):
 
 def _negotiating(prompts: PromptSet) -> ConversationPolicy:
     """A call's policy at the negotiation: the right party verified."""
-    policy = ConversationPolicy(
-        account_from({"min_installment": 50}), Templates(prompts.templates), dt.date.today()
-    )
-    policy.opening(prompts.greeting.format(consumer_name=policy.account.consumer_name))
-    policy.on_caller_turn("Yes, this is Jordan Smith.")
-    policy.on_caller_turn("March fifth, nineteen eighty.")
+    policy = ConversationPolicy(account_from({"min_installment": 50}), Templates(prompts.templates))
+    reply = policy.opening(prompts.greeting.format(consumer_name=policy.account.consumer_name))
+    for line in ("Yes, this is Jordan Smith.", "March fifth, nineteen eighty."):
+        policy.played(reply, len(reply.texts))  # heard to its end, as a caller would
+        reply = policy.on_caller_turn(line)
+    policy.played(reply, len(reply.texts))
     return policy
 
 
@@ -85,7 +85,7 @@ async def _turn(url: str, sessions: ServiceSessions, gap_s: float, ahead: bool) 
     def ignore(_event: PolicyEvent) -> None:
         pass
 
-    prompts = PromptSet.load("collections-v1")
+    prompts = PromptSet.load("collections-v2")
     policy = _negotiating(prompts)
     phrasing = Phrasing(policy, prompts.turn, deadline_s=DEADLINE_S)
     llm = ChatCompletionsLLMService(

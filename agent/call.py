@@ -42,13 +42,15 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.workers.runner import WorkerRunner
 from sqlalchemy import Engine
 
+from agent.card_guard import CardGuard
 from agent.config import Settings
-from agent.dialogue import GuardProcessor, PolicyProcessor
+from agent.dialogue import GuardProcessor, PolicyProcessor, SpeakFrame
 from agent.llm import ChatCompletionsLLMService
 from agent.logs import CALL_ID
 from agent.phrasing import Phrasing
+from agent.playout import Playout
 from agent.policy import ConversationPolicy, PolicyEvent
-from agent.predial import GATE_SIGNALS, apply_signal, record_conversation
+from agent.predial import record_call
 from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
 from agent.prompts import PromptSet
 from agent.recording import CallRecorder, recorder_for
@@ -190,6 +192,9 @@ class Call:
             texts=self._ctx.prompts.templates,  # what the caller hears if it is lost
             on_event=self._on_stt_event,
         )
+        # Card digits read aloud stop right after the STT: the caller is told not to, and
+        # the digits reach no context, ledger or recording (DOMAIN C11, agent/card_guard.py).
+        cards = CardGuard.for_call(self.policy, self._ctx.prompts.templates, self._record_event)
         # With the policy behind it, the LLM server must begin to answer within the phrasing
         # deadline: a dead or hung one costs the caller that, not the client's retries.
         phrasing_deadline_s = settings.llm_phrase_deadline_ms / 1000.0
@@ -225,6 +230,13 @@ class Call:
             ),
         )
         output = self._transport.output()
+        # With the policy, what the caller heard is followed to the line (agent.playout):
+        # the policy counts a text once it was played, the turns store what was played.
+        playout = None
+        if self.policy is not None:
+            playout = Playout(on_transcript=self._on_transcript)
+            playout.attach(output)
+            tts.playout = playout
         thinkers = llms
         guard: list[FrameProcessor] = []
         if self.policy is not None:
@@ -237,13 +249,15 @@ class Call:
                 if settings.llm_mode == "phrase"
                 else None
             )
-            self._policy_processor = PolicyProcessor(self.policy, self._record_event, phrasing)
+            self._policy_processor = PolicyProcessor(
+                self.policy, self._record_event, phrasing, playout=playout
+            )
             thinkers = (self._policy_processor, *llms)
             if phrasing is not None and llm is not None:
                 phrasing.abandon = llm.abandon  # a request past its deadline is given up
                 if settings.llm_speculation:
                     speculation = Speculation(self.policy, phrasing, context, llm)
-                    stt.listener = speculation
+                    stt.listener = cards.listening(speculation)
                     self._policy_processor.speculation = speculation
             guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
         # The recording taps the caller's audio after the policy, which judges the words
@@ -258,6 +272,7 @@ class Call:
                 self._transport.input(),
                 vad,
                 stt,
+                cards,
                 aggregators.user(),
                 *thinkers[:1],
                 heard,
@@ -271,9 +286,11 @@ class Call:
         )
         ledger = TurnLedger(
             self.id,
-            CallProcessors(stt=stt, thinkers=thinkers, tts=tts, output=output),
+            # The transcripts the ledger stores are the ones the card guard let through.
+            CallProcessors(stt=cards, thinkers=thinkers, tts=tts, output=output),
             sink=self._ctx.writer.submit,
             on_transcript=self._on_transcript,
+            playout=playout,
         )
         worker = PipelineWorker(
             pipeline,
@@ -330,10 +347,14 @@ class Call:
             return
         self._greeted = True
         greeting = self._ctx.prompts.greeting
-        if self.policy is not None:
+        if self.policy is not None and self._policy_processor is not None:
+            # Spoken as any reply of the policy: its disclosures are noted once played.
             greeting = greeting.format(consumer_name=self.policy.account.consumer_name)
-            self.policy.opening(greeting)
-            self._report_policy_events()
+            self._ctx.writer.submit(
+                CallEventRecord(self.id, datetime.now(UTC), "greeting", {"text": greeting})
+            )
+            await self._worker.queue_frame(SpeakFrame(self.policy.opening(greeting)))
+            return
         self._ctx.writer.submit(
             CallEventRecord(self.id, datetime.now(UTC), "greeting", {"text": greeting})
         )
@@ -365,25 +386,28 @@ class Call:
 
     async def _tell_the_gate(self) -> None:
         """What the consumer said that the pre-dial gate must honour before the next
-        attempt (DOMAIN C8, C12, D2): only for a call about a debt in the portfolio."""
+        attempt (DOMAIN C8, C12, D2, D5, 1006.14(b)(3)), with each signal's details: the
+        signals whoever gave them, the conversation, a consented callback
+        (``agent.predial.record_call``). Only for a call about a debt in the portfolio."""
         policy = self.policy
         if policy is None or policy.account.debt_id is None:
             return
-        debt_id = policy.account.debt_id
-        engine = self._ctx.engine
-        signals = [e for e in policy.events if e.kind == "signal"]
         try:
-            for event in signals:
-                kind = event.detail["kind"]
-                if kind in GATE_SIGNALS and (kind != "wrong_number" or self.number):
-                    await asyncio.to_thread(
-                        apply_signal, engine, debt_id, kind, at=event.at, number=self.number
-                    )
-            if policy.party == "right_party":
-                await asyncio.to_thread(record_conversation, engine, debt_id, datetime.now(UTC))
+            problems = await asyncio.to_thread(
+                record_call,
+                self._ctx.engine,
+                policy.account.debt_id,
+                list(policy.events),
+                party=policy.party,
+                number=self.number,
+                ended_at=policy.clock(),
+            )
         except Exception:
             # The call's own record is already queued; the gate fails closed on its own.
             logger.exception("call %s: could not update the pre-dial gate", self.id)
+            return
+        for problem in problems:
+            logger.error("call %s: the pre-dial gate did not take %s", self.id, problem)
 
     async def _store_recording(self) -> str | None:
         """The stored recording's URI; None when there is none, or it could not be

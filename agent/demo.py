@@ -81,10 +81,8 @@ from agent.models import AttemptOutcome, Call, CallStatus, Consumer, Debt, Promi
 from agent.policy import Account, ConversationPolicy, PolicyEvent, Stage, Templates
 from agent.portfolio import REQUIRED_COLUMNS, account_for, import_portfolio, to_e164
 from agent.predial import (
-    GATE_SIGNALS,
     DialRequest,
-    apply_signal,
-    record_conversation,
+    record_call,
     record_outcome,
     reserve_attempt,
 )
@@ -810,7 +808,8 @@ def caller_lines(
 def _confirms_identity(line: str, account: Account, prompts: PromptSet, today: dt.date) -> bool:
     """Whether the policy takes ``line``, said to the greeting, as the consumer saying it's them."""
     policy = ConversationPolicy(account, Templates(prompts.templates), today)
-    policy.opening(prompts.greeting.format(consumer_name=account.consumer_name))
+    greeting = policy.opening(prompts.greeting.format(consumer_name=account.consumer_name))
+    policy.played(greeting, len(greeting.texts))
     policy.on_caller_turn(line)
     return policy.stage is Stage.VERIFICATION
 
@@ -844,6 +843,7 @@ def hold_conversation(
     policy = ConversationPolicy(account, Templates(prompts.templates), today)
     greeting = prompts.greeting.format(consumer_name=account.consumer_name)
     opening = policy.opening(greeting)
+    policy.played(opening, len(opening.texts))  # each reply is heard in full here
     steps = [Step(None, list(opening.texts), list(policy.events))]
     for said in lines:
         if policy.stage is Stage.ENDED:
@@ -851,6 +851,7 @@ def hold_conversation(
         heard, _ = redact_card_numbers(said)
         before = len(policy.events)
         reply = policy.on_caller_turn(heard)
+        policy.played(reply, len(reply.texts))
         steps.append(
             Step(
                 heard,
@@ -1353,16 +1354,18 @@ class _Generator:
         self._count(made)
 
     def _tell_the_gate(self, plan: CallPlan, made: MadeCall) -> None:
-        """What the consumer said, for the gate's next decision (as ``Call`` does at its end)."""
-        debt_id = plan.debt.debt_id
-        try:
-            for kind, at in made.signals:
-                if kind in GATE_SIGNALS and (kind != "wrong_number" or plan.number):
-                    apply_signal(self.engine, debt_id, kind, at=at, number=plan.number)
-            if made.policy.party == "right_party":
-                record_conversation(self.engine, debt_id, made.ended.ended_at)
-        except LookupError:
-            logger.exception("call %s: could not update the pre-dial gate", made.started.call_id)
+        """What the consumer said, for the gate's next decision (as ``Call`` does at its end:
+        ``record_call``, with each signal's details, the conversation, a consented callback)."""
+        problems = record_call(
+            self.engine,
+            plan.debt.debt_id,
+            made.events,
+            party=made.policy.party,
+            number=plan.number,
+            ended_at=made.ended.ended_at,
+        )
+        for problem in problems:
+            logger.error("call %s: the gate did not take %s", made.started.call_id, problem)
 
     def _count(self, made: MadeCall) -> None:
         report = self.report

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 import sys
 from contextvars import ContextVar
 from typing import Any
@@ -73,9 +74,16 @@ def configure(*, debug: bool = False, fmt: str = "text") -> None:
     pipecat_logger.add(_to_logging, level="DEBUG" if debug else "WARNING", format="{message}")
 
 
+#: pipecat's lines about the caller's keys (its LiveKit transport logs each DTMF event with
+#: its digit at debug level): never passed on, keyed digits may be card data (DOMAIN C11).
+_KEYS = re.compile(r"dtmf", re.I)
+
+
 def _to_logging(message: Any) -> None:
     """A loguru sink: the record into the standard ``logging`` tree, under its module's name."""
     record = message.record
+    if _KEYS.search(record["message"]):
+        return
     logger = logging.getLogger(record["name"] or "pipecat")
     level = logging.getLevelName(record["level"].name)
     if not isinstance(level, int):  # loguru's own levels (SUCCESS, TRACE)

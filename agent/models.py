@@ -31,6 +31,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -424,6 +425,13 @@ class Debt(Base):
     deceased: Mapped[bool] = mapped_column(Boolean, default=False)
     #: The last telephone conversation about the debt (D2 counts days from it).
     last_conversation_at: Mapped[dt.datetime | None]
+    #: A callback the consumer asked for ("call me after six tonight"): calls from
+    #: ``callback_from`` until ``callback_until`` (UTC) neither count towards D1 nor are
+    #: barred by D2, per 1006.14(b)(3); ``callback_consented_at`` is when the consent was
+    #: given (the conversation it was given in; a later one ends it). See agent.predial.
+    callback_from: Mapped[dt.datetime | None]
+    callback_until: Mapped[dt.datetime | None]
+    callback_consented_at: Mapped[dt.datetime | None]
 
     consumer: Mapped[Consumer] = relationship(back_populates="debts")
 
@@ -465,6 +473,9 @@ class ContactAttempt(Base):
     outcome: Mapped[str] = mapped_column(String(32), default=AttemptOutcome.DIALING.value)
     #: Whether it counts towards the caps (D3).
     counts: Mapped[bool] = mapped_column(Boolean, default=True)
+    #: Placed inside a callback window the consumer consented to (1006.14(b)(3)): it does
+    #: not count towards D1 whatever its outcome; the stricter state caps (D8) still count it.
+    consented: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     call_id: Mapped[str | None] = mapped_column(
         ForeignKey("calls.id", ondelete="SET NULL"), index=True
     )

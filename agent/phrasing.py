@@ -141,7 +141,7 @@ class Phrasing:
                 f"the balance is {dollars(account.balance_cents)} with {account.creditor}; "
                 f"at most {account.max_discount_pct:g} percent off, at least "
                 f"{dollars(account.min_installment_cents)} a month, over at most "
-                f"{account.max_term_months} months; today is {policy.today.isoformat()}"
+                f"{account.max_term_months} months; today is {policy.today}"
             )
         else:
             state = "the person's identity is not verified yet"

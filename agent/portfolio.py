@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 from agent import csvfile
 from agent.models import ConsentSource, Consumer, Debt, Phone, PhoneKind, StatuteStatus, TenantType
 from agent.policy import Account
+from agent.predial import consumer_time_zone
 
 logger = logging.getLogger(__name__)
 
@@ -426,8 +427,13 @@ def _write(engine: Engine, row: _Row) -> bool:
     return created
 
 
-def account_for(session: Session, debt_id: int) -> Account:
-    """What a call about ``debt_id`` knows of the consumer and the debt."""
+def account_for(session: Session, debt_id: int, number: str | None = None) -> Account:
+    """What a call about ``debt_id`` knows of the consumer and the debt.
+
+    The consumer's zone is the one the gate reads their local time in (the
+    address's; ``number``'s area code when the address's is unreadable), so that
+    the policy's "tonight" is the gate's.
+    """
     debt = session.get(Debt, debt_id)
     if debt is None:
         raise LookupError(f"no debt {debt_id} in the portfolio")
@@ -444,4 +450,92 @@ def account_for(session: Session, debt_id: int) -> Account:
         min_installment_cents=debt.min_installment_cents,
         max_term_months=debt.max_term_months,
         debt_id=debt.id,
+        timezone=consumer_time_zone(consumer, number),
     )
+
+
+# -- inbound callers ---------------------------------------------------------
+
+#: Whom an inbound call not matched to one debt is held as: nobody the agent can
+#: verify (no date of birth, no last four), so nothing about any debt is disclosed.
+UNMATCHED_CALLER = Account(
+    consumer_name="the account holder",
+    date_of_birth=None,
+    account_last4=None,
+    creditor="",
+    balance_cents=0,
+    time_barred=False,
+    state="",
+    max_discount_pct=0.0,
+    min_installment_cents=0,
+    max_term_months=1,
+)
+
+#: What a carrier or trunk sends when the caller withholds the number.
+_WITHHELD = frozenset({"", "anonymous", "unknown", "restricted", "private", "unavailable"})
+
+
+@dataclass(frozen=True)
+class CallerMatch:
+    """An inbound caller looked up in the portfolio by their number.
+
+    ``account`` is set when the number is on file for exactly one consumer with
+    exactly one open debt; ``reason`` says how the lookup went, for the log.
+    """
+
+    account: Account | None
+    reason: str
+    #: The caller's number in E.164, when it could be read.
+    number: str | None = None
+
+
+def caller_e164(number: str | None, region: str = "US") -> str | None:
+    """The caller id in E.164: carriers send ``+16175550142``, SIP trunks often a
+    national ``6175550142`` or ``16175550142`` (read in ``region``); None when
+    withheld or not a valid number."""
+    if number is None or number.strip().lower() in _WITHHELD:
+        return None
+    try:
+        parsed = phonenumbers.parse(number.strip(), region)
+    except phonenumbers.NumberParseException:
+        return None
+    if not phonenumbers.is_valid_number(parsed):
+        return None
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def is_open(debt: Debt) -> bool:
+    """Whether a debt is still being collected: a balance, and nothing that stops it
+    (bankruptcy, death, a dispute pending verification, a cease request)."""
+    return debt.balance_cents > 0 and not (
+        debt.bankrupt or debt.deceased or debt.disputed or debt.cease_requested
+    )
+
+
+def match_caller(session: Session, number: str | None) -> CallerMatch:
+    """The debt an inbound call is about, found by the caller's number.
+
+    Only an unambiguous match is used: the number on file (not marked wrong) for
+    one consumer, who has one open debt. The policy still verifies the person
+    (date of birth or last four) before it says anything about that debt; a
+    number shared by several consumers, or a consumer with several open debts,
+    matches nothing, since the agent cannot tell which debt to speak of.
+    """
+    e164 = caller_e164(number)
+    if e164 is None:
+        return CallerMatch(None, "no caller number")
+    consumer_ids = session.scalars(
+        select(Phone.consumer_id)
+        .where(Phone.number == e164, Phone.wrong_number.is_(False))
+        .distinct()
+    ).all()
+    if not consumer_ids:
+        return CallerMatch(None, "the number is not in the portfolio", e164)
+    if len(consumer_ids) > 1:
+        return CallerMatch(None, f"the number is on file for {len(consumer_ids)} consumers", e164)
+    consumer = session.get_one(Consumer, consumer_ids[0])
+    debts = [debt for debt in consumer.debts if is_open(debt)]
+    if len(debts) != 1:
+        return CallerMatch(None, f"the consumer has {len(debts)} open debts", e164)
+    account = account_for(session, debts[0].id, e164)
+    return CallerMatch(account, f"debt {debts[0].account_ref}", e164)

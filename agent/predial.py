@@ -10,9 +10,13 @@ is a denial too: the gate fails closed, and every decision is logged.
 
 ``reserve_attempt`` is what a dialer calls: it checks and records the attempt
 in one transaction that holds the debt, so two dialers cannot both take the
-last slot. ``record_outcome``, ``record_conversation`` and ``apply_signal``
-feed back what happened on the line (D2, D3, and the consumer's requests,
-DOMAIN C8/C12), so the next check sees it.
+last slot. ``record_outcome``, ``record_conversation``, ``apply_signal`` and
+``record_callback_consent`` feed back what happened on the line (D2, D3, D5,
+the consumer's requests, DOMAIN C8/C12), so the next check sees it;
+``record_call`` does all of that for a finished call from its policy events.
+A callback the consumer asked for is a consented call (1006.14(b)(3)): inside
+its window it neither counts towards D1 nor is barred by D2, and every other
+rule still holds.
 """
 
 from __future__ import annotations
@@ -22,12 +26,12 @@ import enum
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import phonenumbers
 from phonenumbers import timezone as phone_timezone
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, and_, case, false, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from agent.models import (
@@ -69,6 +73,22 @@ ATTORNEY_NAME_UNKNOWN = "(name not given)"
 #: How far ahead ``next_allowed_at`` looks before calling the time unknowable.
 HORIZON = dt.timedelta(days=60)
 
+#: How long a consent to a callback lasts (1006.14(b)(3): "within the past 7 days").
+CONSENT_LASTS = 7 * DAY
+
+#: A callback asked for at a time ("after six tonight") may ring from that time until
+#: this much later; one asked for on a day ("call me Monday") on that whole day (D4
+#: still keeps it inside the calling hours).
+CALLBACK_WINDOW = dt.timedelta(hours=2)
+
+#: The parties whose conversation about the debt starts D2's seven days: the
+#: consumer and those who stand in their place (1006.6(a)); anyone else hears nothing
+#: about the debt.
+CONVERSATION_PARTIES = frozenset({"right_party", "consumer_equivalent"})
+
+#: The party who may consent to a callback: only the consumer, directly.
+CONSENTING_PARTY = "right_party"
+
 
 # -- the rule pack: contact caps ---------------------------------------------
 
@@ -90,6 +110,9 @@ class ContactCap:
     states: frozenset[str] | None = None
     phone_kinds: frozenset[str] | None = None
     tenant_types: frozenset[str] = frozenset(TenantType)
+    #: Calls inside a consented callback window neither count nor are capped (Reg F
+    #: 1006.14(b)(3)). The state caps carry no such exception: they keep counting them.
+    consent_exempt: bool = False
 
     def applies_to(self, state: str, tenant_type: str, phone_kind: str | None) -> bool:
         """Whether this cap governs a call to a ``phone_kind`` number about such a debt."""
@@ -116,7 +139,7 @@ class ContactCap:
 #: (940 CMR 7.00) and collectors (209 CMR 18.00) alike; Washington's RCW 19.16
 #: binds collection agencies.
 CONTACT_CAPS: tuple[ContactCap, ...] = (
-    ContactCap("D1", "Reg F 1006.14(b)(2)(i)(A)", 7, 7 * DAY),
+    ContactCap("D1", "Reg F 1006.14(b)(2)(i)(A)", 7, 7 * DAY, consent_exempt=True),
     ContactCap(
         "D8",
         "940 CMR 7.04, 209 CMR 18.16",
@@ -169,6 +192,8 @@ class Decision:
     when every rule that denies lifts with time alone (caps, D2, hours): the
     earliest time the call would be allowed if nothing else happens.
     ``attempt_id`` is the reserved attempt's id (``reserve_attempt`` only).
+    ``consented_callback``: allowed as the callback the consumer asked for
+    (1006.14(b)(3)), so the attempt does not count towards D1.
     """
 
     allowed: bool
@@ -176,6 +201,7 @@ class Decision:
     reason: str
     next_allowed_at: dt.datetime | None = None
     attempt_id: int | None = None
+    consented_callback: bool = False
 
 
 @dataclass(frozen=True)
@@ -291,6 +317,8 @@ class _PastAttempt:
     at: dt.datetime
     #: The kind of number it went to; None when the phone row is gone.
     kind: str | None
+    #: Placed as a consented callback: counted only by caps without the exception (D8).
+    consented: bool = False
 
 
 @dataclass(frozen=True)
@@ -347,13 +375,17 @@ def _load(session: Session, request: DialRequest, caps: Iterable[ContactCap]) ->
     kind = phone.kind if phone is not None else None
     applicable = tuple(c for c in caps if c.applies_to(consumer.state, debt.tenant_type, kind))
     longest = max((c.window for c in applicable), default=DAY)
+    consented_and_counting = and_(
+        ContactAttempt.consented.is_(True),
+        ContactAttempt.outcome.not_in([outcome.value for outcome in NOT_COUNTED]),
+    )
     rows = session.execute(
-        select(ContactAttempt.at, Phone.kind)
+        select(ContactAttempt.at, Phone.kind, ContactAttempt.consented)
         .outerjoin(Phone, ContactAttempt.phone_id == Phone.id)
         .where(
             ContactAttempt.debt_id == debt.id,
             ContactAttempt.consumer_id == consumer.id,
-            ContactAttempt.counts.is_(True),
+            or_(ContactAttempt.counts.is_(True), consented_and_counting),
             ContactAttempt.at > request.at - longest,
         )
         .order_by(ContactAttempt.at)
@@ -369,7 +401,7 @@ def _load(session: Session, request: DialRequest, caps: Iterable[ContactCap]) ->
         windows=tuple(windows),
         window_problem=window_problem,
         caps=applicable,
-        attempts=tuple(_PastAttempt(at, kind) for at, kind in rows),
+        attempts=tuple(_PastAttempt(at, kind, bool(consented)) for at, kind, consented in rows),
     )
 
 
@@ -382,6 +414,20 @@ def _parse_number(number: str) -> tuple[str, phonenumbers.PhoneNumber | None, st
     if not phonenumbers.is_valid_number(parsed):
         return number, None, f"{masked(number)} is not a valid phone number"
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164), parsed, None
+
+
+def consumer_time_zone(consumer: Consumer, number: str | None = None) -> str | None:
+    """The zone the consumer's "tonight" and "Monday" mean: the address's (as D4 reads it).
+
+    When the address's zone is unreadable, the zone of ``number``'s area code if it
+    has exactly one; None when neither tells (the policy then resolves no relative
+    date, and the gate stores no callback window).
+    """
+    parsed = _parse_number(number)[1] if number else None
+    zones, problem = _zones(consumer, parsed)
+    if problem is None:
+        return zones[0].name
+    return zones[0].name if len(zones) == 1 else None
 
 
 def _zones(
@@ -474,13 +520,44 @@ def _d10_consent(facts: _Facts, at: dt.datetime) -> _Denial | None:
     return None
 
 
+def _consented_callback(facts: _Facts, at: dt.datetime) -> bool:
+    """Whether a call at ``at`` is the callback the consumer asked for (1006.14(b)(3)).
+
+    It is while ``at`` is inside the window they named and within 7 days of their
+    consent, and no conversation has taken place since the one they gave it in
+    (the callback, once held, is used up).
+    """
+    debt = facts.debt
+    start, end, given = debt.callback_from, debt.callback_until, debt.callback_consented_at
+    if start is None or end is None or given is None or not start <= at < end:
+        return False
+    last = debt.last_conversation_at
+    return last is None or last <= given
+
+
+def _callback_opens(facts: _Facts, at: dt.datetime) -> dt.datetime | None:
+    """When a consented callback window still to come opens, if one does."""
+    start = facts.debt.callback_from
+    if start is None or start <= at or not _consented_callback(facts, start):
+        return None
+    return start
+
+
+def _sooner(until: dt.datetime | None, opens: dt.datetime | None) -> dt.datetime | None:
+    """The earlier of a rule's own lift and a consented callback's opening."""
+    if until is None or opens is None:
+        return until or opens
+    return min(until, opens)
+
+
 def _d2_after_conversation(facts: _Facts, at: dt.datetime) -> _Denial | None:
     """D2: after a conversation on day D (day 1), no call before day D+7, local time.
 
-    With more than one plausible zone the latest reading of "day D+7" wins.
+    With more than one plausible zone the latest reading of "day D+7" wins. The
+    callback the consumer asked for is not barred (1006.14(b)(3)).
     """
     last = facts.debt.last_conversation_at
-    if last is None:
+    if last is None or _consented_callback(facts, at):
         return None
     if facts.zone_problem is not None:
         return _Denial("D2", f"cannot count days since the last conversation: {facts.zone_problem}")
@@ -496,11 +573,13 @@ def _d2_after_conversation(facts: _Facts, at: dt.datetime) -> _Denial | None:
     until, zone = max(lifts, key=lambda lift: lift[0])
     if at < until:
         day = last.astimezone(zone.info).date()
+        opens = _callback_opens(facts, at)
+        callback = f"; the callback asked for opens {_utc(opens)}" if opens else ""
         return _Denial(
             "D2",
             f"a conversation about this debt on {day} ({zone.name}) bars calls before "
-            f"{day + 7 * DAY} 00:00 local (day D is day 1)",
-            until,
+            f"{day + 7 * DAY} 00:00 local (day D is day 1){callback}",
+            _sooner(until, opens),
         )
     return None
 
@@ -509,26 +588,37 @@ def _capped(rule: str) -> _Rule:
     """The count rule ``rule`` (D1, or D8 for the state caps) over the rule pack's caps."""
 
     def denial(facts: _Facts, at: dt.datetime) -> _Denial | None:
+        consented = _consented_callback(facts, at)
         for cap in facts.caps:
-            if cap.rule != rule:
+            if cap.rule != rule or (cap.consent_exempt and consented):
                 continue
-            times = [a.at for a in facts.attempts if cap.counts(a.kind)]
+            times = _counted(facts, cap)
             used = _in_window(times, at, cap.window)
             if used < cap.limit:
                 continue
             later = sum(1 for t in times if at < t < at + cap.window)
             span = f"{_days(cap.window)} before" if not later else f"{_days(cap.window)} around"
+            opens = _callback_opens(facts, at) if cap.consent_exempt else None
             return _Denial(
                 rule,
                 f"{used} counted attempts {cap.scope} in the {span} {_utc(at)} "
                 f"(limit {cap.limit}, {cap.source})",
-                _cap_lifts(times, at, cap),
+                _sooner(_cap_lifts(times, at, cap), opens),
             )
         return None
 
     denial.__name__ = f"_{rule.lower()}_caps"
     denial.__doc__ = f"{rule}: the contact caps of the rule pack marked {rule}."
     return denial
+
+
+def _counted(facts: _Facts, cap: ContactCap) -> list[dt.datetime]:
+    """The times of the earlier attempts ``cap`` counts."""
+    return [
+        a.at
+        for a in facts.attempts
+        if cap.counts(a.kind) and not (a.consented and cap.consent_exempt)
+    ]
 
 
 def _in_window(times: Iterable[dt.datetime], at: dt.datetime, window: dt.timedelta) -> int:
@@ -687,6 +777,9 @@ def reserve_attempt(
 ) -> Decision:
     """Check ``request`` and, if allowed, record the attempt (``dialing``, counted), atomically.
 
+    An attempt allowed as a consented callback is recorded ``consented`` and not
+    counted towards D1 (1006.14(b)(3)).
+
     The transaction first locks the debt (PostgreSQL: ``SELECT ... FOR
     UPDATE`` on its row; SQLite: the database's writer lock), so concurrent
     reservations for the same debt run one after the other and each sees the
@@ -704,7 +797,8 @@ def reserve_attempt(
                 number=facts.number,
                 at=request.at,
                 outcome=AttemptOutcome.DIALING.value,
-                counts=True,
+                counts=not decision.consented_callback,
+                consented=decision.consented_callback,
                 decided_by=decision.reason,
             )
             session.add(attempt)
@@ -742,7 +836,9 @@ def _decide(
             return Decision(False, "unknown_debt", f"there is no debt {request.debt_id}"), None
         denials = _denials(facts, request.at)
         if not denials:
-            return Decision(True, "ok", _allowed_because(facts, request.at)), facts
+            consented = _consented_callback(facts, request.at)
+            reason = _allowed_because(facts, request.at)
+            return Decision(True, "ok", reason, consented_callback=consented), facts
         first = denials[0]
         later = "; also " + "; ".join(d.rule for d in denials[1:]) if denials[1:] else ""
         return (
@@ -763,8 +859,14 @@ def _decide(
 def _allowed_because(facts: _Facts, at: dt.datetime) -> str:
     """The audit summary of an allowed call: cap usage, local times, consent."""
     parts = []
+    consented = _consented_callback(facts, at)
+    if consented:
+        parts.append("the callback the consumer asked for (1006.14(b)(3)): D2 does not bar it")
     for cap in facts.caps:
-        times = [a.at for a in facts.attempts if cap.counts(a.kind)]
+        if cap.consent_exempt and consented:
+            parts.append(f"{cap.rule} not counted")
+            continue
+        times = _counted(facts, cap)
         parts.append(
             f"{cap.rule} attempt {_in_window(times, at, cap.window) + 1} of {cap.limit} "
             f"{cap.scope} in {_days(cap.window)}"
@@ -847,20 +949,32 @@ def counts_towards_caps(outcome: AttemptOutcome | str) -> bool:
 def record_outcome(
     engine: Engine, attempt_id: int, outcome: AttemptOutcome | str, call_id: str | None = None
 ) -> bool:
-    """Set a reserved attempt's outcome, and whether it counts (D3); return that."""
+    """Set a reserved attempt's outcome, and whether it counts (D3); return that.
+
+    A consented callback's attempt never counts towards D1, whatever its outcome.
+    """
     outcome = AttemptOutcome(outcome)
-    counts = counts_towards_caps(outcome)
-    values: dict[str, object] = {"outcome": outcome.value, "counts": counts}
+    values: dict[str, object] = {
+        "outcome": outcome.value,
+        "counts": case(
+            (ContactAttempt.consented.is_(True), false()),
+            else_=literal(counts_towards_caps(outcome)),
+        ),
+    }
     if call_id is not None:
         values["call_id"] = call_id
     # One UPDATE, not a read then a write: SQLite refuses a write at once (no wait)
     # when another transaction committed between a read and it.
     with engine.begin() as connection:
-        updated = connection.execute(
-            update(ContactAttempt).where(ContactAttempt.id == attempt_id).values(**values)
-        )
-    if updated.rowcount != 1:
+        rows = connection.execute(
+            update(ContactAttempt)
+            .where(ContactAttempt.id == attempt_id)
+            .values(**values)
+            .returning(ContactAttempt.counts)
+        ).all()
+    if len(rows) != 1:
         raise LookupError(f"there is no contact attempt {attempt_id}")
+    counts = bool(rows[0][0])
     logger.info(
         "attempt %s: %s (%s)", attempt_id, outcome.value, "counts" if counts else "not counted"
     )
@@ -870,7 +984,8 @@ def record_outcome(
 def record_conversation(engine: Engine, debt_id: int, at: dt.datetime) -> None:
     """A telephone conversation about the debt took place at ``at`` (D2's day D).
 
-    Inbound conversations count as much as outbound ones.
+    Inbound conversations count as much as outbound ones. One held after the
+    conversation in which the consumer asked for a callback uses that callback up.
     """
     _check_aware(at)
     with Session(engine) as session, session.begin():
@@ -888,12 +1003,20 @@ def apply_signal(
     at: dt.datetime,
     number: str | None = None,
     attorney_name: str | None = None,
+    attorney_number: str | None = None,
     window: InconvenientWindow | Mapping[str, Any] | None = None,
+    partial: bool = False,
+    party: str | None = None,
 ) -> None:
     """Record what the consumer said on a call so that the next check honours it.
 
-    ``number`` is needed for ``wrong_number``; ``attorney_name`` goes with
-    ``attorney`` (optional); ``window`` with ``inconvenient_time``.
+    ``number`` is needed for ``wrong_number``; ``attorney_name`` and
+    ``attorney_number`` go with ``attorney`` (optional; kept together in the
+    consumer's attorney text, a name or number already known is not lost);
+    ``window`` with ``inconvenient_time``; ``partial`` with ``dispute`` (a
+    dispute of part of the debt suppresses all of it until verified: the gate
+    cannot call about half a debt). ``party`` is who said it, for the log: a
+    signal is honoured whoever gave it (DOMAIN C8), since each only stops calls.
     Bankruptcy and death concern the person, so they suppress every debt of
     the consumer; a dispute and a cease request concern this debt.
     """
@@ -917,7 +1040,9 @@ def apply_signal(
         elif signal is Signal.CEASE:
             debt.cease_requested = True
         elif signal is Signal.ATTORNEY:
-            consumer.attorney_name = (attorney_name or "").strip() or ATTORNEY_NAME_UNKNOWN
+            consumer.attorney_name = _attorney(
+                consumer.attorney_name, attorney_name, attorney_number
+            )
         elif signal is Signal.WRONG_NUMBER:
             assert number is not None
             e164, _parsed, _problem = _parse_number(number)
@@ -942,12 +1067,229 @@ def apply_signal(
         elif signal is Signal.WORKPLACE_FORBIDS_CALLS:
             consumer.workplace_forbids_calls = True
     logger.info(
-        "debt %s: signal %s at %s%s",
+        "debt %s: signal %s%s at %s%s%s",
         debt_id,
         signal.value,
+        " (partial)" if signal is Signal.DISPUTE and partial else "",
         _utc(at),
         f" ({masked(number)})" if number else "",
+        f", said by the {party}" if party else "",
     )
+
+
+#: Width of ``Consumer.attorney_name``.
+_ATTORNEY_WIDTH = 200
+
+
+def _attorney(known: str | None, name: str | None, number: str | None) -> str:
+    """The attorney text after a call named one: what was said, else what was known.
+
+    The number, when given, is kept after the name (an operator writes to the
+    attorney, DOMAIN C8); a call that only says "talk to my lawyer" does not
+    overwrite a name already on file.
+    """
+    name = (name or "").strip()
+    number = (number or "").strip()
+    if not name and not number and known:
+        return known
+    text = name or ATTORNEY_NAME_UNKNOWN
+    if number:
+        text = f"{text}, tel. {number}"
+    return text[:_ATTORNEY_WIDTH]
+
+
+def record_callback_consent(
+    engine: Engine,
+    debt_id: int,
+    day: dt.date,
+    time: dt.time | None,
+    *,
+    at: dt.datetime,
+    conversation_at: dt.datetime | None = None,
+) -> tuple[dt.datetime, dt.datetime] | None:
+    """The consumer asked to be called on ``day`` (at ``time``, their local time): store
+    the window in which that call is consented (1006.14(b)(3)); return it (UTC).
+
+    The window runs from ``time`` for ``CALLBACK_WINDOW`` (the whole of ``day``
+    when no time was named) and ends no later than 7 days after ``at``, the
+    moment of consent. ``conversation_at`` is when the conversation it was given
+    in was recorded (``record_conversation``; default ``at``): a conversation
+    after it uses the callback up. Where the consumer's zone is unknown, or the
+    window lies wholly past the 7 days, nothing is stored and None returned: the
+    call is then an ordinary one, which D1 and D2 govern (the gate fails closed).
+    A new consent replaces an earlier one.
+    """
+    _check_aware(at)
+    given = max(at, conversation_at or at)
+    _check_aware(given)
+    with Session(engine) as session, session.begin():
+        debt = _locked_debt(session, debt_id)
+        name = consumer_time_zone(debt.consumer)
+        if name is None:
+            logger.warning(
+                "debt %s: callback asked for, but the consumer's zone is unknown", debt_id
+            )
+            return None
+        zone = ZoneInfo(name)
+        start = dt.datetime.combine(day, time or dt.time(0), tzinfo=zone)
+        end = (
+            start + CALLBACK_WINDOW
+            if time is not None
+            else dt.datetime.combine(day + DAY, dt.time(0), tzinfo=zone)
+        )
+        start, end = start.astimezone(dt.UTC), min(end.astimezone(dt.UTC), at + CONSENT_LASTS)
+        if end <= start:
+            logger.info(
+                "debt %s: callback asked for %s%s, past the consent's 7 days: an ordinary call",
+                debt_id,
+                day,
+                f" {time:%H:%M}" if time else "",
+            )
+            return None
+        debt.callback_from, debt.callback_until = start, end
+        debt.callback_consented_at = given
+    logger.info(
+        "debt %s: consented callback %s to %s (asked at %s)",
+        debt_id,
+        _utc(start),
+        _utc(end),
+        _utc(at),
+    )
+    return start, end
+
+
+class GateEvent(Protocol):
+    """What ``record_call`` reads of a policy event (``agent.policy.PolicyEvent``)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def detail(self) -> Mapping[str, Any]: ...
+
+    @property
+    def at(self) -> dt.datetime: ...
+
+
+def record_call(
+    engine: Engine,
+    debt_id: int,
+    events: Iterable[GateEvent],
+    *,
+    party: str | None,
+    number: str | None,
+    ended_at: dt.datetime,
+) -> list[str]:
+    """Feed a finished call about ``debt_id`` to the gate; return what could not be applied.
+
+    - every ``signal`` event of a gate signal, whoever said it (DOMAIN C8: a
+      signal given before verification counts; each only stops calls), with its
+      details: the inconvenient window, the attorney's name and number, whether a
+      dispute is partial. An inconvenient time whose window cannot be read is
+      stored as it came, and the gate then denies every call until a person has
+      read it (D5 fails closed), rather than lose it;
+    - a conversation, when the call reached the consumer (or one who stands in
+      their place, ``CONVERSATION_PARTIES``): D2 starts at ``ended_at``;
+    - a ``callback_requested`` event the consumer (the right party only) consented
+      to: its window (``record_callback_consent``), after the conversation, so that
+      the conversation it was asked in does not use it up.
+
+    Each is applied on its own: one that fails is logged and listed, the rest go on.
+    """
+    problems: list[str] = []
+
+    def attempt(what: str, apply: Callable[..., object], *args: Any, **kwargs: Any) -> None:
+        try:
+            apply(*args, **kwargs)
+        except Exception as exc:
+            logger.exception("debt %s: could not record %s", debt_id, what)
+            problems.append(f"{what}: {type(exc).__name__}: {exc}")
+
+    events = list(events)
+    for event in events:
+        if event.kind != "signal":
+            continue
+        detail = event.detail
+        kind = str(detail.get("kind"))
+        if kind not in GATE_SIGNALS:
+            continue
+        if kind == Signal.WRONG_NUMBER and not number:
+            problems.append("wrong_number: the call has no number to mark")
+            continue
+        attempt(
+            kind,
+            _apply_detailed,
+            engine,
+            debt_id,
+            kind,
+            detail,
+            at=event.at,
+            number=number,
+            party=party,
+        )
+    if party in CONVERSATION_PARTIES:
+        attempt("conversation", record_conversation, engine, debt_id, ended_at)
+    for event in events:
+        if event.kind != "callback_requested" or event.detail.get("consented") is not True:
+            continue
+        if party != CONSENTING_PARTY:
+            logger.info("debt %s: a callback asked for by the %s is no consent", debt_id, party)
+            continue
+        attempt("callback consent", _consent, engine, debt_id, event, ended_at)
+    return problems
+
+
+def _apply_detailed(
+    engine: Engine,
+    debt_id: int,
+    kind: str,
+    detail: Mapping[str, Any],
+    *,
+    at: dt.datetime,
+    number: str | None,
+    party: str | None,
+) -> None:
+    """One signal event, with the details its kind carries."""
+    if kind == Signal.INCONVENIENT_TIME:
+        raw = detail.get("window")
+        try:
+            window = InconvenientWindow.from_json(raw if isinstance(raw, Mapping) else {})
+        except ValueError:
+            _keep_unreadable_window(engine, debt_id, raw, at)
+            raise
+        apply_signal(engine, debt_id, kind, at=at, window=window, party=party)
+        return
+    apply_signal(
+        engine,
+        debt_id,
+        kind,
+        at=at,
+        number=number,
+        attorney_name=_text(detail.get("attorney_name")),
+        attorney_number=_text(detail.get("attorney_number")),
+        partial=detail.get("partial") is True,
+        party=party,
+    )
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _keep_unreadable_window(engine: Engine, debt_id: int, raw: object, at: dt.datetime) -> None:
+    """Store an inconvenient time the gate cannot read: D5 denies until a person fixes it."""
+    entry = {"unreadable": raw if isinstance(raw, (dict, str)) else repr(raw), "said_at": _utc(at)}
+    with Session(engine) as session, session.begin():
+        consumer = _locked_debt(session, debt_id).consumer
+        consumer.inconvenient = [*(consumer.inconvenient or []), entry]
+
+
+def _consent(engine: Engine, debt_id: int, event: GateEvent, ended_at: dt.datetime) -> None:
+    detail = event.detail
+    day = dt.date.fromisoformat(str(detail["date"]))
+    time = detail.get("time")
+    asked = None if time is None else _clock(time, "time")
+    record_callback_consent(engine, debt_id, day, asked, at=event.at, conversation_at=ended_at)
 
 
 def _locked_debt(session: Session, debt_id: int) -> Debt:

@@ -8,22 +8,52 @@ policy handled them. The agent's sits after the output transport: it sees the ag
 audio as it is played. Each channel is placed on one wall clock, so the two stay
 aligned (within ``SLACK_S``) across the agent's silences, a muted line or a stalled TTS.
 
-What the recording may hold is the policy's call, never a second guess:
+What the recording may hold is decided by rules that fail closed (DOMAIN C11): the caller's
+channel is silence unless every rule lets it through, whatever the transcript says, because
+the recognizer can drop what it heard (Whisper tiny turned a card number, its expiry and its
+code into "I'll just pay it all now."). The caller's audio is held in memory until the
+policy has judged the turn it belongs to: on the policy's answer the held audio is kept, or
+written as silence (``recording_redacted``, with its reason and span). The answer always
+follows the turn's end in the tap (the policy handles both, in order, on one task), and the
+turn's audio always precedes it (audio frames overtake data frames, never the reverse).
+Audio the policy never judged (what the caller said after their last turn, when the call
+ends) is silence too. A turn's caller audio is silence when:
 
-- Card digits (DOMAIN C11). The policy notes ``card_number_spoken`` only once the turn's
-  transcript is in, so the caller's audio is held in memory until the policy has judged the
-  turn it belongs to: on its answer, the held audio is kept, or written as silence when the
-  policy noted a card number (``recording_redacted``). The answer always follows the turn's
-  end in the tap (the policy handles both, in order, on one task), and the turn's audio
-  always precedes it (audio frames overtake data frames, never the reverse). Audio the
-  policy never judged (what the caller said after their last turn, when the call ends) is
-  silence too.
+- ``card_number``: the policy noted ``card_number_spoken`` (the transcript held card data);
+- ``card_guard``: the card guard (agent/card_guard.py) heard card data in it and cut it from
+  the transcript (``CardDataHeardFrame``): what is held is silenced at once, and what comes
+  is silence as it comes, until the turn is judged;
+- ``payment_open``: the policy's ``payment_open`` was true when the policy judged it (the
+  answer that asks how the consumer will pay silences the turn it answers), or when the
+  audio came (then it is silence from the start, and one event covers the stretch): from
+  the moment payment comes up (a method asked or offered, card digits heard) until the
+  payment step ends;
+- ``digit_run``: its transcript holds a run of ``DIGIT_RUN`` (4) or more digits, written or
+  spoken, or a card marker the STT client put in (what the recognizer got of a card is
+  often just a part of it; a year or a last four goes too: the policy keeps the
+  verification's result, the recording need not);
+- ``mostly_empty``: the VAD heard more speech than the transcript accounts for (fewer than
+  one word a second over 1.5 s or more; see ``SECONDS_PER_WORD``). The recorder learns the
+  turn's transcript from the user aggregator's ``LLMContextUserTurnFrame`` (what went into
+  the context) and its speech from the VAD's ``VADUserStartedSpeakingFrame`` and
+  ``VADUserStoppedSpeakingFrame``, which pass the tap among the audio frames: the speech
+  runs from the start frame less its ``start_secs`` to the stop frame less its
+  ``stop_secs``, on the caller's channel, and is split at each turn's end. The VAD, not the
+  audio's energy: it is the same judge of speech the turn-taking uses, where energy would
+  count line noise and comfort noise as speech. Speech the recognizer lost whole (no turn
+  at all) counts toward the next turn;
+- ``dtmf_tone``: a keypad tone sent in band (a line without RFC 4733 events; those are not
+  audio and never reach the recording): each 20 ms frame whose energy is nearly all at one
+  row and one column DTMF frequency (``dtmf_tone``), with a frame either side, is silence
+  as it comes. (The STT still hears such tones, and transcribes no digits from them.)
+
+Two more rules, for both channels:
+
 - The payment step (C11). The policy's commitment stage is where it asks for the date and
   the method ("debit card, bank transfer or check"), the moment a consumer is most likely to
   read a card out. Both channels are silence from the policy's answer that enters the stage
-  (``recording_paused``) to its answer that leaves it (``recording_resumed``): the promise
-  confirmed with the secure payment link, or an exit. So the turn that named the method is
-  never kept, while the confirmation of the promise, evidence that holds no digits, is.
+  (``recording_paused``) to its answer that leaves it (``recording_resumed``). The agent's
+  read-back of the promise and its confirmation, evidence that holds no digits, are kept.
 - An objection (C2). On ``recording_objection`` the recording stops for good and nothing is
   kept: the buffers are dropped and the partial file deleted (``recording_stopped``).
 
@@ -42,8 +72,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
+import re
 import tempfile
 import threading
 import time
@@ -70,10 +102,17 @@ from pipecat.frames.frames import (
     LLMContextUserTurnFrame,
     LLMFullResponseStartFrame,
     OutputAudioRawFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
 )
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from agent.card_guard import (
+    CardDataHeardFrame,
+    has_card_marker,
+    longest_digit_run,
+)
 from agent.config import Settings
 from agent.console.audit import audit
 from agent.console.auth import require_role
@@ -90,6 +129,34 @@ SLACK_S = 0.1
 #: What the policy pushes, and only it, when it answers a caller turn (its reply, the
 #: LLM's phrasing request, the end of the call).
 ANSWERS = (LLMFullResponseStartFrame, LLMContextFrame, EndWorkerFrame)
+#: A caller turn whose transcript holds a run of this many digits is not kept: what the
+#: recognizer got of a card number, an expiry, or a code with a cue (and also a year or a
+#: last four: the policy records the verification's result, the recording need not).
+DIGIT_RUN = 4
+#: A caller turn is "mostly empty" (the recognizer lost most of what was said: a card
+#: number read out in a flat voice is what Whisper drops first) when the VAD heard at
+#: least ``MIN_VOICED_S`` of speech and the transcript has fewer than one word per
+#: ``SECONDS_PER_WORD`` of it. The VAD's speech runs across pauses shorter than its stop
+#: time (0.2 s); people say two to three words a second of it, and even a slow, hesitant
+#: speaker whose "uh"s the recognizer leaves out says more than one and a half, so a
+#: faithful transcript is not taken for an empty one. The reviewers' case ("I'll just pay
+#: it all now." over a card number, its expiry and its code: six words for some ten
+#: seconds of speech) is far below. A turn always has a word (the user aggregator sends
+#: none without), so under 1.5 s a turn is never "mostly empty"; speech the recognizer
+#: lost whole (no turn at all) counts toward the next turn's.
+MIN_VOICED_S = 1.5
+SECONDS_PER_WORD = 1.0
+#: The DTMF frequencies (Hz): the row group, then the column group.
+DTMF_HZ = (697, 770, 852, 941, 1209, 1336, 1477, 1633)
+#: A caller frame is a key's tone sent in band when the strongest DTMF frequency of each
+#: group holds at least ``TONE_SHARE`` of its energy and the two together ``TONE_PAIR``
+#: (a key's tone puts nearly all of it in two; speech spreads it over harmonics and
+#: formants), and it is louder than line noise (``TONE_MIN_RMS``, about -50 dBFS).
+TONE_SHARE = 0.1
+TONE_PAIR = 0.6
+TONE_MIN_RMS = 100.0
+#: Frames after a tone's last that are silenced too (its fade; one before it is as well).
+TONE_TAIL_FRAMES = 1
 CONTENT_TYPE = "audio/wav"
 CHUNK_BYTES = 64 * 1024
 
@@ -102,6 +169,41 @@ _DISK = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recordings")
 
 class RecordingError(RuntimeError):
     """A recording could not be written or stored; the call goes on without it."""
+
+
+# -- what the caller's turn may hold -----------------------------------------------------
+
+
+def word_count(transcript: str) -> int:
+    return len(re.findall(r"[\w']+", transcript))
+
+
+def mostly_empty(transcript: str, voiced_s: float) -> bool:
+    """Whether ``transcript`` accounts for too little of ``voiced_s`` seconds of speech."""
+    return voiced_s >= MIN_VOICED_S and word_count(transcript) < voiced_s / SECONDS_PER_WORD
+
+
+@functools.lru_cache(maxsize=16)
+def _tone_basis(samples: int, rate: int) -> np.ndarray:
+    """The cosine and sine of each DTMF frequency over ``samples``: one row each."""
+    angles = 2 * np.pi * np.outer(DTMF_HZ, np.arange(samples) / rate)
+    return np.vstack([np.cos(angles), np.sin(angles)])
+
+
+def dtmf_tone(pcm: bytes, rate: int) -> bool:
+    """Whether a frame of 16-bit PCM is a keypad tone (see ``TONE_SHARE``)."""
+    x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
+    n = len(x)
+    if n < rate // 100:
+        return False
+    energy = float(x @ x)
+    if energy < n * TONE_MIN_RMS**2:
+        return False
+    projection = _tone_basis(n, rate) @ x
+    # A tone of amplitude A projects (A n / 2)^2 and holds n A^2 / 2 of the energy.
+    share = (projection[:8] ** 2 + projection[8:] ** 2) * 2 / (n * energy)
+    row, column = float(share[:4].max()), float(share[4:].max())
+    return row >= TONE_SHARE and column >= TONE_SHARE and row + column >= TONE_PAIR
 
 
 # -- the two channels on one clock --------------------------------------------------------
@@ -143,6 +245,9 @@ class StereoTimeline:
         self._sealed: int | None = None
         #: Both channels are written as silence while paused (the payment step).
         self.paused = False
+        #: Where the last caller audio not made silence on arrival ends: held audio up to
+        #: here may need silencing, what comes after it is silence by a rule already.
+        self._live_end = 0
 
     def seconds(self, position: int | None = None) -> float:
         return round((self._caller_end if position is None else position) / self.rate, 3)
@@ -157,11 +262,29 @@ class StereoTimeline:
         goes_on = last is not None and now - last <= duration + self._slack_s
         return gap if gap > 0 and (not goes_on or gap > self._slack_s * self.rate) else 0
 
-    def caller(self, pcm: bytes, now: float) -> None:
+    @property
+    def caller_end(self) -> int:
+        """Where the caller's channel ends now (samples)."""
+        return self._caller_end
+
+    def caller(self, pcm: bytes, now: float, mute: bool = False) -> int:
+        """Place the caller's frame (as silence when ``mute``); where its samples start."""
         samples = len(pcm) // 2
         gap = self._gap("caller", self._caller_end, samples, now)
-        self._held += bytes(2 * (gap + samples)) if self.paused else bytes(2 * gap) + pcm
+        silent = self.paused or mute
+        self._held += bytes(2 * (gap + samples)) if silent else bytes(2 * gap) + pcm
         self._caller_end += gap + samples
+        if not silent:
+            self._live_end = self._caller_end
+        return self._caller_end - samples
+
+    def mute_tail(self, samples: int) -> int:
+        """Turn the last ``samples`` of the caller's held audio into silence; where the
+        silence starts (no earlier than what is written already)."""
+        samples = min(samples, len(self._held) // 2)
+        if samples > 0:
+            self._held[len(self._held) - 2 * samples :] = bytes(2 * samples)
+        return self._caller_end - samples
 
     def agent(self, pcm: bytes, now: float) -> None:
         samples = len(pcm) // 2
@@ -178,10 +301,12 @@ class StereoTimeline:
         return self._sealed is not None
 
     def silence_held(self) -> tuple[float, float] | None:
-        """Turn all the caller audio not yet written into silence; the span it covered."""
-        if not self._held:
+        """Turn all the caller audio not yet written into silence; the span it covered
+        (None when it was all silence by a rule already)."""
+        if not self._held or self._live_end <= self._kept:
             return None
         self._held = bytearray(len(self._held))
+        self._live_end = self._kept
         return self.seconds(self._kept), self.seconds()
 
     def release(self) -> None:
@@ -308,6 +433,22 @@ class CallRecorder:
         self._timeline = StereoTimeline(sample_rate, self._write)
         self._seen = len(policy.events)
         self._resamplers = {"caller": create_stream_resampler(), "agent": create_stream_resampler()}
+        #: What the caller turns sealed since the last judgement said.
+        self._texts: list[str] = []
+        #: The VAD's speech (samples): in the turns sealed since the last judgement, in the
+        #: turn under way; where the stretch of speech under way began, and the turn.
+        self._voiced_sealed = 0
+        self._voiced = 0
+        self._speech_from: int | None = None
+        self._turn_from = 0
+        #: The card guard heard card data in the turn under way, or in one sealed since the
+        #: last judgement: the caller's audio is silence until that turn is judged.
+        self._card_heard = False
+        self._card_sealed = False
+        #: The caller's audio is made silence as it comes: why, and from where (samples).
+        self._muting: tuple[str, int] | None = None
+        self._tone_tail = 0
+        self._last_samples = 0
         #: The consumer objected: nothing is kept, nothing more recorded.
         self.stopped = False
         #: Why the recording broke off, if it did (it is then dropped, the call goes on).
@@ -349,12 +490,95 @@ class CallRecorder:
         if not self.active:
             return
         if isinstance(frame, InputAudioRawFrame):
-            pcm = await self._mono(frame, "caller")
-            self._timeline.caller(pcm, self._clock())
+            self._heard(await self._mono(frame, "caller"))
+        elif isinstance(frame, VADUserStartedSpeakingFrame):
+            at = self._timeline.caller_end - round(frame.start_secs * self._rate)
+            self._speech_from = max(self._turn_from, at)
+        elif isinstance(frame, VADUserStoppedSpeakingFrame):
+            if self._speech_from is not None:
+                end = self._timeline.caller_end - round(frame.stop_secs * self._rate)
+                self._voiced += max(0, end - self._speech_from)
+                self._speech_from = None
+        elif isinstance(frame, CardDataHeardFrame):
+            self._card_heard = True
+            self._silence_held("card_guard")
         elif isinstance(frame, LLMContextUserTurnFrame):
-            self._timeline.seal()
+            self._sealed(frame.text)
         elif isinstance(frame, ANSWERS):
             self.judged()
+
+    def _heard(self, pcm: bytes) -> None:
+        """The caller's frame, silence at once when a rule says so (C11 fails closed)."""
+        timeline = self._timeline
+        reason = self._mute_reason(pcm)
+        at = timeline.caller(pcm, self._clock(), mute=reason is not None)
+        samples, self._last_samples = self._last_samples, len(pcm) // 2
+        started = reason is not None and (self._muting is None or self._muting[0] != reason)
+        if started and reason == "dtmf_tone":
+            at = timeline.mute_tail(samples + len(pcm) // 2)  # the tone's onset too
+        self._mute_from(reason, at)
+
+    def _mute_reason(self, pcm: bytes) -> str | None:
+        if self._timeline.paused:
+            return None  # both channels are silence already (``recording_paused``)
+        if self._policy.payment_open:
+            return "payment_open"
+        if self._card_heard or self._card_sealed:
+            return "card_guard"
+        if dtmf_tone(pcm, self._rate):
+            self._tone_tail = TONE_TAIL_FRAMES
+            return "dtmf_tone"
+        if self._tone_tail:
+            self._tone_tail -= 1
+            return "dtmf_tone"
+        return None
+
+    def _mute_from(self, reason: str | None, at: int) -> None:
+        """The caller's audio from ``at`` on is silence for ``reason`` (None: kept as it
+        comes); a stretch made silence is a ``recording_redacted`` event when it ends."""
+        if reason == (self._muting[0] if self._muting else None):
+            return
+        if self._muting is not None:
+            why, since = self._muting
+            seconds = self._timeline.seconds
+            self._event("recording_redacted", reason=why, from_s=seconds(since), to_s=seconds(at))
+        self._muting = None if reason is None else (reason, at)
+
+    def _sealed(self, text: str) -> None:
+        """A caller turn ended: its words and its speech wait for the policy's judgement."""
+        end = self._timeline.caller_end
+        if self._speech_from is not None:  # the caller goes on: the rest is the next turn's
+            self._voiced += max(0, end - self._speech_from)
+            self._speech_from = end
+        self._voiced_sealed += self._voiced
+        self._voiced, self._turn_from = 0, end
+        self._texts.append(text)
+        self._card_sealed = self._card_sealed or self._card_heard
+        self._card_heard = False
+        self._timeline.seal()
+
+    def _silence_held(self, reason: str, **detail: Any) -> None:
+        span = self._timeline.silence_held()
+        if span is not None:
+            self._event("recording_redacted", reason=reason, from_s=span[0], to_s=span[1], **detail)
+
+    def _verdict(self, kinds: set[str]) -> tuple[str, dict[str, Any]] | None:
+        """Why the caller's held audio may not be kept, if it may not (the first reason)."""
+        if "card_number_spoken" in kinds:
+            return "card_number", {}
+        if self._card_sealed or self._card_heard:
+            return "card_guard", {}
+        if self._policy.payment_open:
+            return "payment_open", {}
+        if not self._texts:
+            return None
+        said = " ".join(self._texts)
+        if has_card_marker(said) or longest_digit_run(said) >= DIGIT_RUN:
+            return "digit_run", {}
+        voiced_s = round(self._voiced_sealed / self._rate, 2)
+        if mostly_empty(said, voiced_s):
+            return "mostly_empty", {"voiced_s": voiced_s, "words": word_count(said)}
+        return None
 
     async def on_agent_side(self, frame: Frame) -> None:
         if self.active and isinstance(frame, OutputAudioRawFrame):
@@ -370,13 +594,11 @@ class CallRecorder:
         if "recording_objection" in kinds:
             self._stop()
             return
-        if "card_number_spoken" in kinds:
-            span = timeline.silence_held()
-            if span is not None:
-                self._event(
-                    "recording_redacted", reason="card_number", from_s=span[0], to_s=span[1]
-                )
+        verdict = self._verdict(kinds)
+        if verdict is not None:
+            self._silence_held(verdict[0], **verdict[1])
         timeline.release()
+        self._texts, self._voiced_sealed, self._card_sealed = [], 0, False
         paying = self._policy.stage is Stage.COMMITMENT
         if paying != timeline.paused:
             timeline.paused = paying
@@ -415,6 +637,7 @@ class CallRecorder:
             return None
         if self.failure is not None:
             raise RecordingError(f"the recording broke off: {self.failure}")
+        self._mute_from(None, self._timeline.caller_end)
         self._timeline.finish()
         spooled = await asyncio.wrap_future(_DISK.submit(self._spool.close))
         try:

@@ -17,7 +17,7 @@ from typing import Any
 from agent.pricebook import CallCost
 
 #: Event kinds that flag a call for compliance review (the console marks and filters them).
-FLAG_KINDS = ("blocked_sentence", "tool_denied", "card_number_spoken")
+FLAG_KINDS = ("blocked_sentence", "tool_denied", "card_number_spoken", "card_number_interrupted")
 #: A call id is a uuid4 in hex (the ``calls.id`` column is 32 characters).
 CALL_ID_LENGTH = 32
 DIRECTIONS = ("inbound", "outbound")

@@ -27,7 +27,6 @@ import secrets
 import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import date
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pipecat.transports.base_transport import BaseTransport
+from sqlalchemy.orm import Session
 
 from agent.call import Call, CallContext
 from agent.config import Settings
@@ -58,6 +58,8 @@ from agent.live import CALLS, LiveCall, LiveCalls
 from agent.metrics import add_metrics, observe_call
 from agent.models import Role
 from agent.policy import Account, ConversationPolicy, Templates
+from agent.portfolio import UNMATCHED_CALLER, CallerMatch, match_caller
+from agent.predial import masked
 from agent.recording import add_recording_routes
 from agent.runtime import AgentRuntime
 from agent.scenarios import account_from
@@ -152,10 +154,11 @@ def start_call(
     records, the greeting once the peer is connected, the end when the peer is gone."""
     ctx, calls = app[CTX], app[CALLS]
     calls.admit()
-    # Outbound calls are about their debt; others are held as the demo portfolio's
-    # consumer (see agent/scenarios.py).
-    account = account or account_from({})
-    policy = ConversationPolicy(account, Templates(ctx.prompts.templates), date.today())
+    number = info.remote_number
+    if account is None:
+        account, number = inbound_account(ctx, info)
+    # The policy reads "tonight" in the consumer's zone, on its own clock.
+    policy = ConversationPolicy(account, Templates(ctx.prompts.templates))
     live: LiveCall
     call = Call(
         ctx,
@@ -164,7 +167,7 @@ def start_call(
         direction=info.direction,
         on_transcript=lambda s, t: live.publish(s, t),
         policy=policy,
-        number=info.remote_number,
+        number=number,
         campaign=info.campaign,
         sample_rate=info.sample_rate,
     )
@@ -187,6 +190,38 @@ def start_call(
 
     live.task = asyncio.create_task(run(), name=f"call-{call.id}")
     return StartedCall(call.id, live.task)
+
+
+def inbound_account(ctx: CallContext, info: CallInfo) -> tuple[Account, str | None]:
+    """Whom a call not placed about a debt is about, and the caller's number (E.164 when
+    it reads as one).
+
+    The caller's number is looked up in the portfolio (``match_caller``): on file for
+    one consumer with one open debt, the call is about that debt, and the policy
+    verifies the person before it says anything of it; the conversation then counts
+    for the gate like an outbound one (D2 starts, signals are honoured). Otherwise
+    the call is about no debt (nothing to verify against, nothing disclosed), except
+    on the embedded CPU models (the laptop demo, the call page), where it is held as
+    the demo portfolio's consumer (agent/scenarios.py). docs/dialing.md.
+    """
+    try:
+        with Session(ctx.engine) as session:
+            match = match_caller(session, info.remote_number)
+    except Exception:
+        logger.exception("inbound call: the portfolio could not be searched for the caller")
+        match = CallerMatch(None, "the portfolio could not be searched")
+    number = match.number or info.remote_number
+    if match.account is not None:
+        logger.info("inbound call from %s: %s", masked(number or ""), match.reason)
+        return match.account, number
+    demo = ctx.settings.embedded_models
+    logger.info(
+        "inbound call%s: %s; held as %s",
+        f" from {masked(number)}" if number else "",
+        match.reason,
+        "the demo account" if demo else "about no debt",
+    )
+    return (account_from({}) if demo else UNMATCHED_CALLER), number
 
 
 async def transcript(request: web.Request) -> web.StreamResponse:

@@ -3,29 +3,42 @@
 The caller's lines (a scenario script, see ``agent.scenarios``) are spoken by
 the Piper voice and sent down a loopback line at 20 ms per frame; the caller
 waits for the agent to finish answering before it speaks again, as a polite
-person would, and stops when the agent ends the call. The call is stored like any other, so the
-simulator is also how the latency and cost ledgers are checked without a
-microphone.
+person would (a line with ``after_s`` is started that many seconds into the
+agent's answer instead, over it), and stops when the agent ends the call. The
+call is stored like any other, so the simulator is also how the latency and cost
+ledgers are checked without a microphone.
+
+A script that names a portfolio debt (``debt: <account ref>``) is held as that
+consumer calling in from their number: the account comes from the database,
+what was said reaches the pre-dial gate as on any call, and afterwards the gate
+is asked about the next attempt (``GateReport``), so a script shows what a
+conversation does to the calls that may follow it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import UTC, datetime
 
 import numpy as np
 import soxr
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
 
 from agent.call import Call, CallContext, CallSummary
 from agent.config import Settings
-from agent.policy import ConversationPolicy, Templates
+from agent.models import Debt, Phone
+from agent.policy import Account, ConversationPolicy, Templates
+from agent.portfolio import account_for
+from agent.predial import Decision, DialRequest, Ledger, check, contact_ledger, masked
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
 from agent.scenarios import Scenario, outcome_of
 from agent.understanding import redact_card_numbers
-from telephony.loopback import LoopbackTransport
+from telephony.loopback import AgentUtterance, CallerEnd, LoopbackTransport
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +76,91 @@ class CallerTurn:
     agent_audio_s: float
 
 
+@dataclass(frozen=True)
+class GateReport:
+    """What the pre-dial gate says, after a call, about calling the debt again."""
+
+    account_ref: str
+    at: datetime
+    #: Each of the consumer's numbers, its kind, and the gate's decision at ``at``.
+    decisions: tuple[tuple[str, str, Decision], ...]
+    ledger: Ledger
+
+    def lines(self) -> list[str]:
+        """The report as the simulator prints it."""
+        out = [f"pre-dial gate on {self.account_ref}, asked at {_utc(self.at)}:"]
+        for number, kind, decision in self.decisions:
+            verdict = (
+                "allowed" + (" (the consented callback)" if decision.consented_callback else "")
+                if decision.allowed
+                else f"denied by {decision.rule}"
+            )
+            out.append(f"  {masked(number)} ({kind}): {verdict}: {decision.reason}")
+            if not decision.allowed:
+                after = decision.next_allowed_at
+                when = _utc(after) if after else "not by time alone"
+                out.append(f"    next allowed: {when}")
+        ledger = self.ledger
+        last = ledger.last_conversation_at
+        out.append(
+            f"  attempts used {ledger.attempts_used_7d} of {ledger.limit} in 7 days; "
+            f"last conversation {_utc(last) if last else 'none'}; next attempt "
+            + (_utc(ledger.next_allowed_at) if ledger.next_allowed_at else "none by time alone")
+        )
+        return out
+
+
+#: What the simulator prints for a script without ``debt:``.
+GATE_NOT_CONSULTED = (
+    "pre-dial gate: not consulted (the script names no portfolio debt; add 'debt: <account ref>')"
+)
+
+
+def _utc(at: datetime) -> str:
+    return f"{at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def portfolio_account(engine: Engine, account_ref: str) -> tuple[Account, str | None]:
+    """The account of the portfolio debt ``account_ref`` and the number its consumer
+    calls from (their first number not marked wrong); LookupError when it is not there."""
+    with Session(engine) as session:
+        debt = session.scalar(select(Debt).where(Debt.account_ref == account_ref))
+        if debt is None:
+            raise LookupError(f"no debt {account_ref!r} in the portfolio")
+        number = session.scalar(
+            select(Phone.number)
+            .where(Phone.consumer_id == debt.consumer_id, Phone.wrong_number.is_(False))
+            .order_by(Phone.id)
+        )
+        return account_for(session, debt.id, number), number
+
+
+def consult_gate(engine: Engine, debt_id: int, at: datetime) -> GateReport:
+    """The gate's decision at ``at`` on each of the debt's consumer's numbers, and its
+    ledger (attempts used, the next allowed time on any number)."""
+    with Session(engine) as session:
+        debt = session.get(Debt, debt_id)
+        if debt is None:
+            raise LookupError(f"no debt {debt_id} in the portfolio")
+        decisions = tuple(
+            (phone.number, phone.kind, check(session, DialRequest(debt_id, phone.number, at)))
+            for phone in debt.consumer.phones
+        )
+        return GateReport(debt.account_ref, at, decisions, contact_ledger(session, debt_id, at))
+
+
 @dataclass
 class SimulatedCall:
     scenario: Scenario
     summary: CallSummary
     caller_turns: list[CallerTurn] = field(default_factory=list)
     policy: ConversationPolicy | None = None
+    #: The gate after the call, for a script about a portfolio debt (None: not consulted).
+    gate: GateReport | None = None
 
     def unmet_expectations(self) -> list[str]:
         """How the call's ending differs from what the script expects (empty: as expected)."""
@@ -81,16 +173,35 @@ class SimulatedCall:
 
 
 async def simulate_call(
-    ctx: CallContext, scenario: Scenario, voice: CallerVoice | None = None
+    ctx: CallContext,
+    scenario: Scenario,
+    voice: CallerVoice | None = None,
+    *,
+    clock: Callable[[], datetime] = utc_now,
 ) -> SimulatedCall:
-    """Hold one call of ``scenario`` against the agent; returns when it is stored."""
+    """Hold one call of ``scenario`` against the agent; returns when it is stored.
+
+    ``clock`` (aware, UTC) is the policy's and the gate's: the consumer's "tonight",
+    the events' times, and when the gate is asked about the next attempt.
+    A script's ``debt:`` that is not in the portfolio raises LookupError.
+    """
+    account, number = scenario.account, None
+    if scenario.debt_ref is not None:
+        account, number = await asyncio.to_thread(portfolio_account, ctx.engine, scenario.debt_ref)
     if voice is None:
         voice = await asyncio.to_thread(CallerVoice, ctx.settings.audio_in_sample_rate)
     speaker = voice
     lines = [await asyncio.to_thread(speaker.say, text) for text in scenario.lines]
     line = LoopbackTransport(sample_rate=speaker.sample_rate)
-    policy = ConversationPolicy(scenario.account, Templates(ctx.prompts.templates), date.today())
-    call = Call(ctx, line, transport_name="loopback", scenario=scenario.name, policy=policy)
+    policy = ConversationPolicy(account, Templates(ctx.prompts.templates), clock=clock)
+    call = Call(
+        ctx,
+        line,
+        transport_name="loopback",
+        scenario=scenario.name,
+        policy=policy,
+        number=number,
+    )
     started = asyncio.Event()
 
     run = asyncio.create_task(call.run(on_started=lambda _: started.set()))
@@ -100,29 +211,60 @@ async def simulate_call(
     try:
         await asyncio.sleep(0.5)
         await call.answer()
-        await caller.listen(timeout_s=60)
-        for text, pcm in zip(scenario.lines, lines, strict=True):
+        said: tuple[str, float] | None = None  # the caller's last line, and when it ended
+        for index, (text, pcm) in enumerate(zip(scenario.lines, lines, strict=True)):
+            # The agent's answer (the greeting first): heard to its end, or, for a line
+            # said over it (``after_s``), only that far into it.
+            heard = await _answer(caller, run, scenario.over(index))
+            if said is not None and heard is not None:
+                result.caller_turns.append(_caller_turn(said, heard, speaker.sample_rate))
             if run.done():
                 break  # the agent ended the call
-            finished_speaking = await caller.speak(pcm)
-            heard = await caller.listen(timeout_s=60)
-            result.caller_turns.append(
-                CallerTurn(
-                    text=text,
-                    heard_after_ms=(heard.first_sound_at - finished_speaking) * 1000,
-                    agent_audio_s=len(heard.audio) / (2 * speaker.sample_rate),
-                )
-            )
-            logger.info(
-                "caller said %r; agent answered after %.0f ms",
-                redact_card_numbers(text)[0],
-                result.caller_turns[-1].heard_after_ms,
-            )
+            said = (text, await caller.speak(pcm))
+        else:
+            heard = await _answer(caller, run, None)
+            if said is not None and heard is not None:
+                result.caller_turns.append(_caller_turn(said, heard, speaker.sample_rate))
     finally:
         await call.hang_up("caller_hung_up")
         result.summary = await run
         await ctx.writer.flush(timeout=30)
+    if account.debt_id is not None:
+        result.gate = await asyncio.to_thread(consult_gate, ctx.engine, account.debt_id, clock())
     return result
+
+
+async def _answer(
+    caller: CallerEnd, run: asyncio.Task[CallSummary], over: float | None
+) -> AgentUtterance | None:
+    """The agent's answer as the caller hears it: to its end, or only ``over`` seconds
+    of it; None when the call ends without one (words after the goodbye may get none)."""
+    listening = asyncio.ensure_future(
+        caller.listen(timeout_s=60) if over is None else caller.listen_for(over, timeout_s=60)
+    )
+    await asyncio.wait({listening, run}, return_when=asyncio.FIRST_COMPLETED)
+    if listening.done():
+        return listening.result()
+    try:  # the call ended: what was said before it still finishes being heard
+        return await asyncio.wait_for(listening, 3.0)
+    except TimeoutError:
+        return None
+
+
+def _caller_turn(said: tuple[str, float], heard: AgentUtterance, rate: int) -> CallerTurn:
+    """The caller's line and what they heard of the agent's answer to it."""
+    text, finished_speaking = said
+    turn = CallerTurn(
+        text=text,
+        heard_after_ms=(heard.first_sound_at - finished_speaking) * 1000,
+        agent_audio_s=len(heard.audio) / (2 * rate),
+    )
+    logger.info(
+        "caller said %r; agent answered after %.0f ms",
+        redact_card_numbers(text)[0],
+        turn.heard_after_ms,
+    )
+    return turn
 
 
 PARTS = (
@@ -168,6 +310,9 @@ def print_call(sim: SimulatedCall) -> None:
             detail = ", ".join(f"{k}={v}" for k, v in event.detail.items() if k != "text")
             print(f"  {event.at:%H:%M:%S} {event.kind}" + (f" ({detail})" if detail else ""))
     print()
+    for text in sim.gate.lines() if sim.gate is not None else [GATE_NOT_CONSULTED]:
+        print(text)
+    print()
     print(turn_table(summary.turns))
     for turn, heard in zip(summary.turns, sim.caller_turns, strict=False):
         print(
@@ -196,7 +341,11 @@ async def run_simulation(settings: Settings, scenario: Scenario) -> int:
     print(f"starting the agent (models, database {settings.database_url}) ...", flush=True)
     async with AgentRuntime(settings) as ctx:
         print(f"calling: {scenario.name} ({scenario.description})", flush=True)
-        sim = await simulate_call(ctx, scenario)
+        try:
+            sim = await simulate_call(ctx, scenario)
+        except LookupError as e:
+            print(f"bad caller script: {e} (import the portfolio first)")
+            return 2
     print_call(sim)
     unmet = sim.unmet_expectations()
     for problem in unmet:

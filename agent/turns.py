@@ -17,6 +17,9 @@ The parts, all measured server-side on one clock:
 The last voiced frame is placed ``stop_secs`` before the VAD's stop: the VAD
 calls the utterance over after exactly that much unvoiced audio, which arrives
 in real time.
+
+With a ``playout`` (``agent.playout``) a turn's agent text is what the caller
+heard of the reply, cut where the caller cut in, not what the TTS was given.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from pipecat.metrics.metrics import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameProcessor
 
+from agent.playout import Playout
 from agent.records import TurnRecord
 
 logger = logging.getLogger(__name__)
@@ -87,6 +91,8 @@ class _Turn:
     interrupted: bool = False
     user_text: list[str] = field(default_factory=list)
     agent_text: list[str] = field(default_factory=list)
+    #: Where the playout's log stood when the turn was committed (its reply is after).
+    heard_from: int | None = None
     stt_audio_s: float = 0.0
     llm_prompt_tokens: int | None = None
     llm_completion_tokens: int | None = None
@@ -132,6 +138,7 @@ class TurnLedger(BaseObserver):
         processors: CallProcessors,
         sink: RecordSink,
         on_transcript: TranscriptListener | None = None,
+        playout: Playout | None = None,
     ) -> None:
         # Every moment it times is a frame's first push, by the processor that made it:
         # the frame's later hops (each audio frame makes several) are not queued to it.
@@ -140,6 +147,8 @@ class TurnLedger(BaseObserver):
         self._p = processors
         self._sink = sink
         self._on_transcript = on_transcript
+        #: What the caller heard of the agent (it publishes the agent's words itself).
+        self._playout = playout
         self._turn: _Turn | None = None
         self._count = 0
         self._vad_stopped: tuple[int, float] | None = None
@@ -186,8 +195,9 @@ class TurnLedger(BaseObserver):
             if src is self._p.tts and turn and turn.tts_request is not None:
                 turn.tts_first_audio = turn.tts_first_audio or t
         elif isinstance(frame, TTSTextFrame):
-            if src is self._p.tts and self._turn and self._turn.committed is not None:
-                self._turn.agent_text.append(frame.text)
+            turn = self._turn
+            if src is self._p.tts and turn and turn.committed is not None and not self._playout:
+                turn.agent_text.append(frame.text)
                 self._publish("agent", frame.text)
         elif isinstance(frame, BotStartedSpeakingFrame):
             turn = self._turn
@@ -233,6 +243,8 @@ class TurnLedger(BaseObserver):
         if turn.committed is not None:
             return
         turn.committed = t
+        if self._playout is not None:
+            turn.heard_from = self._playout.position
         if self._vad_stopped is not None:
             turn.vad_stopped, turn.stop_secs = self._vad_stopped
 
@@ -267,13 +279,16 @@ class TurnLedger(BaseObserver):
         if turn is None:
             return
         self._vad_stopped = None
+        agent_text = " ".join(s.strip() for s in turn.agent_text).strip()
+        if self._playout is not None and turn.heard_from is not None:
+            agent_text = self._playout.said_since(turn.heard_from)
         record = TurnRecord(
             call_id=self._call_id,
             number=turn.number,
             started_at=turn.started_at,
             ended_at=datetime.now(UTC),
             user_text=" ".join(turn.user_text).strip(),
-            agent_text=" ".join(s.strip() for s in turn.agent_text).strip(),
+            agent_text=agent_text,
             interrupted=turn.interrupted,
             endpointing_ms=_ms(turn.last_voiced, turn.committed),
             stt_ms=_ms(turn.vad_stopped, turn.transcript),

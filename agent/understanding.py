@@ -84,6 +84,11 @@ class Intent(StrEnum):
     RECORDING_OBJECTION = "recording_objection"
     ARREST_OR_SUIT_QUESTION = "arrest_or_suit_question"
     CARD_NUMBER = "card_number"
+    REFUSAL = "refusal"
+    WHO_IS_CALLING = "who_is_calling"
+    WHAT_ABOUT = "what_about"
+    AT_WORK = "at_work"
+    WORKPLACE_FORBIDS_CALLS = "workplace_forbids_calls"
 
 
 class Expectation(StrEnum):
@@ -98,6 +103,9 @@ class Expectation(StrEnum):
     DATE = "date"  # "On what date?", "When should we call back?"
     METHOD = "method"
     RECORDING_CONSENT = "recording_consent"  # "Is it all right that this call is recorded?"
+    EXPLICIT_YES = "explicit_yes"  # a read-back: only a clear "yes" confirms, never "okay"
+    ONE_OR_MONTHLY = "one_or_monthly"  # "one payment of $100, or $100 a month?"
+    MONTHLY_AMOUNT = "monthly_amount"  # "How much could you pay each month?"
 
 
 class PaymentMethod(StrEnum):
@@ -136,6 +144,25 @@ class Understanding:
     per: str | None = None
     voicemail: bool = False
     text: str = ""
+    #: The speaker talks of the consumer, or of themselves as someone else (C3): "she",
+    #: "her husband", "I handle his bills". Before verification this makes a third party.
+    third_person: bool = False
+    #: A dispute of part of the debt only ("the rest is fees I never agreed to").
+    partial_dispute: bool = False
+    #: The amount is said to be paid once ("just once", "one payment", "lump sum").
+    once: bool = False
+    #: A number of payments or months named ("in three payments", "over six months").
+    installments: int | None = None
+    #: Several different amounts, or a range: which one is meant must be asked.
+    amounts_ambiguous: bool = False
+    #: A clock time named ("after six", "at 7 pm") and how: "after", "before" or "at".
+    time: dt.time | None = None
+    time_relation: str | None = None
+    #: A phone number said (digits only), and a lawyer's name, for the attorney signal.
+    phone_number: str | None = None
+    attorney_name: str | None = None
+    #: Part of a date of birth was given (a month and year, a day without a year).
+    partial_date: bool = False
 
 
 # -- card data (DOMAIN C11) ----------------------------------------------------------
@@ -182,10 +209,10 @@ NUMBER_PATTERN = (
 )
 
 _DIGIT_WORDS = "oh|double|triple|" + "|".join([*_UNITS, *_TEENS, *_TENS])
-_DIGIT_ITEM = rf"(?:\d+|(?:{_DIGIT_WORDS})\b)"
+DIGIT_ITEM = rf"(?:\d+|(?:{_DIGIT_WORDS})\b)"
 # Digits read out one group after another: "4111 1111 ...", "four one one one,
 # one one ...", "4111-1111-...", with the odd "uh" between groups.
-_DIGIT_RUN = rf"{_DIGIT_ITEM}(?:[\s,.\-/]+(?:(?:uh|um|and)[\s,.\-]+)?{_DIGIT_ITEM})*"
+_DIGIT_RUN = rf"{DIGIT_ITEM}(?:[\s,.\-/]+(?:(?:uh|um|and)[\s,.\-]+)?{DIGIT_ITEM})*"
 _DIGIT_RUN_RE = re.compile(rf"(?<![\w$]){_DIGIT_RUN}", re.I)
 _CARD_CUE_RE = re.compile(
     r"\b(?:card|visa|master ?card|amex|american express|discover|credit|debit)\b", re.I
@@ -221,7 +248,7 @@ def _luhn(digits: str) -> bool:
     return total % 10 == 0
 
 
-def _digit_groups(text: str) -> list[str]:
+def digit_groups(text: str) -> list[str]:
     """The digits of a read-out run, one string per group: "forty one, 11" -> ["41", "11"]."""
     groups: list[str] = []
     repeat = 1
@@ -271,7 +298,7 @@ def _remove_cards(text: str) -> tuple[str, bool]:
 
     def replace(m: re.Match[str]) -> str:
         nonlocal removed
-        groups = _digit_groups(m.group(0))
+        groups = digit_groups(m.group(0))
         count = sum(len(g) for g in groups)
         if count < 13:
             return m.group(0)
@@ -303,11 +330,11 @@ def _remove_cued(
 def _expiry_like(value: str) -> bool:
     if re.search(_MONTH_NAMES, value, re.I) or "/" in value or "-" in value:
         return True
-    return 3 <= sum(len(g) for g in _digit_groups(value)) <= 6
+    return 3 <= sum(len(g) for g in digit_groups(value)) <= 6
 
 
 def _code_like(value: str) -> bool:
-    return 3 <= sum(len(g) for g in _digit_groups(value)) <= 4
+    return 3 <= sum(len(g) for g in digit_groups(value)) <= 4
 
 
 def redact_card_numbers(text: str) -> tuple[str, bool]:
@@ -466,6 +493,11 @@ _INTENT_RULES: list[_Rule] = [
         r"\bvalidat\w* (?:the|this|that) (?:debt|account)\b",
         r"\bsend me (?:proof|something in writing|a validation|the paperwork|documentation)\b",
         r"\bnot responsible for (?:this|that|it|the)\b",
+        r"\bonly owe\b|\bnever agreed to\b|\b(?:did|do) not agree to (?:th\w+ )?(?:fees|charges)\b",
+        r"\b(?:part|some|most|half) of (?:it|this|that|the (?:balance|amount|debt)) (?:is|are) "
+        r"(?:not mine|wrong|fees|made up|bogus|interest)\b",
+        r"\b(?:fees|charges|interest) (?:that )?(?:i|we) (?:never|did not)\b",
+        r"\b(?:bogus|illegal|unauthori[sz]ed|junk) (?:fees|charges)\b",
     ),
     *_rules(
         Intent.STOP_CALLING,
@@ -477,7 +509,8 @@ _INTENT_RULES: list[_Rule] = [
         r"\bno more (?:phone )?calls\b",
         r"\b(?:take|remove|delete|put) (?:me|my number|this number|my name|us)(?: off| from| on)? "
         r"(?:of )?(?:your|the|this) (?:\w+ )?(?:list|system|records)\b",
-        r"\bdo not call list\b|\blose (?:my|this) number\b|\bleave me alone\b",
+        r"\bdo not call list\b|\blose (?:my|this) number\b",
+        r"\bleave (?:me|us) (?:the (?:hell|heck|fuck) )?alone\b",
         r"\bi do not want (?:any more |anymore |more |these |your |any )?(?:phone )?calls\b",
         r"\bi do not want you (?:to )?(?:call|contact)(?:ing)? (?:me|here|this number)\b",
     ),
@@ -607,7 +640,15 @@ _INTENT_RULES: list[_Rule] = [
     ),
     *_rules(
         Intent.THIRD_PARTY,
-        rf"\b(?:this is|i am|it is) (?:his|her|their|[a-z]+'s) {_REL}\b",
+        rf"\b(?:this is|i am|it is|speaking is|you have|you got) (?:the|a|an|his|her|their"
+        rf"|[a-z]+'s) {_REL}\b",
+        r"\bi (?:handle|manage|take care of|pay|look after|deal with|help with|do)"
+        r" (?:his|her|their|all (?:his|her|their)) (?:bills|finances|affairs|mail|accounts|money"
+        r"|paperwork|calls)\b",
+        r"\bon (?:his|her|their) behalf\b|\bon behalf of\b|\bpower of attorney\b",
+        r"\b(?:calling|answering|speaking) for (?:him|her|them)\b",
+        r"\bfor (?:him|her) (?:today|now)\b",
+        r"\bi am not (?:him|her|the one|that person)\b",
         r"\b(?:he|she|they) (?:is|are) (?:just |actually |currently |still |not )?"
         r"(?:not (?:here|home|in|available|around)|out|away|"
         r"at work|at school|sleeping|asleep|busy|unavailable|in the shower|working|"
@@ -634,6 +675,52 @@ _INTENT_RULES: list[_Rule] = [
         r"\bseize\w*|\brepossess\w*|\btake my (?:house|car|wages|paycheck|home)\b",
         negatable=False,
     ),
+    *_rules(
+        Intent.REFUSAL,
+        r"\bi (?:am not|will not|refuse to|am never|will never|do not want to|am not going to"
+        r"|have no intention of|do not intend to) (?:going to )?(?:pay|paying|give you)\b",
+        r"\bnot (?:paying|going to pay)(?: (?:you|that|this|it|anything|a (?:dime|cent|penny)))?\b",
+        r"\bi refuse\b|\bforget it\b|\bno way (?:i am|am i|i will)\b|\bnot a (?:dime|cent|penny)\b",
+        r"\bnot (?:getting|seeing|paying|giving you) (?:a|one) (?:single )?(?:dime|cent|penny)\b",
+        r"\bi (?:said|told you) no\b",
+        r"\bi do not want to (?:pay|make (?:a|any) payments?|settle)\b",
+        negatable=False,
+    ),
+    *_rules(
+        Intent.WHO_IS_CALLING,
+        r"\bwho (?:is|are) (?:this|you|calling|it|speaking)\b|\bwho am i (?:talking|speaking) to\b",
+        r"\b(?:what|which) (?:company|business|firm|organi[sz]ation)\b",
+        r"\bwhere (?:are you|is this) (?:calling )?from\b|\bwho do you (?:work for|represent)\b",
+        r"\bwho is on the (?:line|phone)\b|\bwhat is your name\b",
+        negatable=False,
+    ),
+    *_rules(
+        Intent.WHAT_ABOUT,
+        r"\bwhat (?:is|was) (?:this|it|that|the call) (?:about|regarding|for|concerning)\b",
+        r"\bwhat (?:do|did) you want\b|\bwhy (?:are|were) you calling\b|\bwhat is this\b",
+        r"\bwhat (?:is|was) (?:this|it) in (?:regards?|reference) to\b",
+        r"\bwhat (?:are|were) you calling about\b|\bwhat is the call about\b",
+        negatable=False,
+    ),
+    *_rules(
+        Intent.AT_WORK,
+        r"\bi am (?:currently |still |actually )?(?:at|in) (?:work|the office|my job)\b",
+        r"\b(?:i am|i am currently) working\b(?! on)",
+        negatable=False,
+    ),
+    *_rules(
+        Intent.WORKPLACE_FORBIDS_CALLS,
+        r"\b(?:can not|am not allowed to|am not supposed to|not allowed to|may not|do not)"
+        r" (?:take|have|answer|get) (?:personal |phone |these )?(?:calls?|phone calls?)"
+        r" (?:at|during|while at|from) (?:work|my job|the office)\b",
+        r"\b(?:my )?(?:employer|boss|job|work|company|manager)"
+        r" (?:does not|do not|will not|won't) (?:allow|let|permit)\b",
+        r"\b(?:do not|never|stop|no) (?:call|calling|contact\w*) (?:me )?"
+        r"(?:at|during|while i am at)"
+        r" (?:work|my job|the office|my work)\b",
+        r"\b(?:not|no) (?:allowed|permitted) (?:calls|phone calls|personal calls) at work\b",
+        negatable=False,
+    ),
 ]
 
 # An answering machine's greeting (DOMAIN C10): only a limited-content message may follow.
@@ -647,6 +734,8 @@ _VOICEMAIL_RE = re.compile(
 )
 _STOP_ALONE_RE = re.compile(r"^(?:(?:please|just|now|stop|it|ok|okay)\s*)*$")
 _CARD_MARKERS = (CARD_REMOVED, EXPIRY_REMOVED, CODE_REMOVED)
+#: The markers as they read once normalised: their words ("card") are not the caller's.
+_MARKERS_RE = re.compile("|".join(re.escape(m.lower()) for m in _CARD_MARKERS))
 
 _YES_RE = re.compile(
     rf"^{_FILLERS}(?:yes|yeah|yep|yup|yea|ya|yah|sure|correct|absolutely|definitely|certainly"
@@ -655,6 +744,11 @@ _YES_RE = re.compile(
     r"|that is (?:right|correct|true|fine)|that works|that would work|perfect"
     r"|no problem|that is me|it is me|(?:speaking|this is (?:he|she|him|her))(?=\s*$))\b"
 )
+_EXPLICIT_YES_RE = re.compile(
+    rf"^{_FILLERS}(?:yes|yeah|yep|yup|correct|that is (?:right|correct)|that is correct"
+    r"|(?:yes )?that is right|right|exactly|absolutely|i confirm|confirmed|affirmative)(?:\W|$)"
+    r"(?!.*\b(?:but|not|no|wait|actually|change)\b)"
+)
 _YES_CONFIRM_RE = re.compile(
     rf"^{_FILLERS}(?:okay|ok|alright|all right|fine|i do|i will|i can|i am|i did|i have|go ahead"
     r"|please do|do it|let us do it|works for me|that is good|good|great)(?! not)\b"
@@ -662,7 +756,8 @@ _YES_CONFIRM_RE = re.compile(
 _YES_IDENTITY_RE = re.compile(
     rf"^{_FILLERS}(?:speaking|this is (?:he|she|him|her|me)|that is me|it is me|that would be me"
     r"|you got (?:him|her|me|it|the right person)|you found (?:him|her|me)"
-    r"|you are (?:speaking|talking) (?:to|with) (?:him|her|me)|i am (?:he|she|him|her))\b"
+    r"|you are (?:speaking|talking) (?:to|with) (?:him|her|me)|i am (?:he|she|him|her)"
+    r"|(?:i am|this is|it is) (?:the )?account holder)\b"
 )
 _NO_RE = re.compile(
     rf"^{_FILLERS}(?:(?:yeah|yes|yep|ok|okay) )?"
@@ -698,11 +793,15 @@ def _intents(clauses: list[str], whole: str) -> set[Intent]:
 
 
 def _yes_no(clauses: list[str], expecting: Expectation | None) -> Intent | None:
-    """The last yes or no in the turn ("yeah, no" is a no)."""
+    """The last yes or no in the turn ("yeah, no" is a no). To a read-back only a
+    clear yes counts: "okay", "uh huh" or "sure" may only mean "I hear you"."""
     answer: Intent | None = None
     for clause in clauses:
         if _NO_RE.match(clause):
             answer = Intent.NO
+        elif expecting is Expectation.EXPLICIT_YES:
+            if _EXPLICIT_YES_RE.match(clause):
+                answer = Intent.YES
         elif _YES_RE.match(clause):
             answer = Intent.YES
         elif expecting is Expectation.IDENTITY and _YES_IDENTITY_RE.match(clause):
@@ -888,7 +987,8 @@ _PER_PHRASES = {
 }
 _NOT_MONEY_AFTER = set(
     "am pm o'clock oclock day days week weeks month months year years hour hours minute minutes "
-    "times percent kids children people % of".split()
+    "times percent kids children people % of payment payments time go shot installment "
+    "installments".split()
 )
 
 
@@ -1279,7 +1379,7 @@ def _digits_at(toks: list[_Tok], j: int) -> tuple[str, int]:
             break
         j += 1
         end = j
-    return "".join(_digit_groups(" ".join(parts))), end
+    return "".join(digit_groups(" ".join(parts))), end
 
 
 def _last4(toks: list[_Tok], expecting: Expectation | None) -> tuple[str | None, set[int]]:
@@ -1322,7 +1422,8 @@ _NAME_STOP = {
     *"""Yes Yeah Yep No Nope Hi Hello Hey Speaking This It I Sir Ma'am Okay Ok Well Oh The He She
     His Her Here Sure Um Uh Who What Why Speak And But Not Just Is Correct Right Thanks Thank
     Please Sorry Good Fine Calling Jr Sr Robot Busy Driving Available Home Out AI Am Are
-    You""".split(),
+    You Wait Hmm Hm Huh Mm Eh Ah Uh Um Pardon Excuse Hang Hold Yo Nah What Who Where When How
+    Why Listen Look See Alright Maybe Perhaps Again Me Him""".split(),
     *(m.capitalize() for m in _MONTHS),
     *(d.capitalize() for d in _WEEKDAYS),
 }
@@ -1409,13 +1510,18 @@ _METHOD_RULES: list[tuple[re.Pattern[str], PaymentMethod]] = [
 ]
 
 
+#: "check" alone, as an answer to how one will pay ("Friday, check."), not "let me check".
+_BARE_CHECK_RE = re.compile(
+    r"(?<!let me )(?<!i will )(?<!i have to )(?<!to )\b(?:check|cheque)\b"
+    r"(?! (?:on|with|my|that|if|it|and see|back))"
+)
+
+
 def _method(normalized: str, expecting: Expectation | None) -> PaymentMethod | None:
     for pattern, method in _METHOD_RULES:
         if pattern.search(normalized):
             return method
-    if expecting is Expectation.METHOD and re.match(
-        r"^\W*(?:a |by )?(?:check|cheque)\b", normalized
-    ):
+    if expecting in (Expectation.METHOD, Expectation.DATE) and _BARE_CHECK_RE.search(normalized):
         return PaymentMethod.CHECK
     return None
 
@@ -1447,6 +1553,214 @@ def _discount(normalized: str) -> float | None:
     if _HALF_RE.search(normalized):
         return 50.0
     return None
+
+
+# -- who is speaking, terms, times, numbers said (the policy's C3, C8, C13 inputs) -----
+
+_BENIGN_THIRD_PERSON_RE = re.compile(
+    r"\b(?:this is|it is|that is|yes|yeah) (?:he|she|him|her)\b|\b(?:he|she) speaking\b"
+)
+_THIRD_PERSON_RE = re.compile(
+    rf"\b(?:he|she|him|his|hers|himself|herself)\b|\bher\b|\b(?:their|your) {_REL}\b"
+    rf"|\b{_REL}'s\b|\b[a-z]+'s (?:phone|number|cell|account|bill|bills|debt|loan|card|mail)\b"
+)
+_PARTIAL_RE = re.compile(
+    r"\b(?:part|parts|some|rest|portion|fees?|interest|charges?|only|all of it|the whole"
+    r"|too high|extra|that much|not all)\b"
+)
+_ONCE_RE = re.compile(
+    r"\b(?:just |only )?once\b|\bone[- ]?time\b|\bone (?:single )?payment\b|\bsingle payment\b"
+    r"|\blump sum\b|\ball at once\b|\bin one (?:go|shot|payment)\b|\bone[- ]off\b"
+)
+_COUNT_RE = re.compile(
+    rf"\b(?:in|over|across|for|within)\s+(?:the next\s+)?(?P<n>\d+|{NUMBER_PATTERN}|a)\s*"
+    r"(?P<unit>payments|installments|instalments|months|month|years|year)\b"
+    rf"|\b(?P<n2>\d+|{NUMBER_PATTERN})\s*(?:monthly\s+)?(?P<unit2>payments|installments|instalments)\b"
+)
+_HOUR_WORDS = {
+    w: i
+    for i, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve".split()
+    )
+}
+_TIME_RE = re.compile(
+    r"\b(?P<rel>after|before|at|around|about|by|past|until|till|from)\s+"
+    r"(?P<h>\d{1,2}|" + "|".join(list(_HOUR_WORDS)[1:]) + r")"
+    r"(?::(?P<m>\d{2})|\s+(?P<mw>thirty|fifteen|forty five))?"
+    r"(?:\s*(?P<o>o'clock|oclock))?"
+    r"(?:\s*(?P<ap>am|pm|a m|p m|in the morning|in the evening|in the afternoon|at night|tonight))?"
+    r"|\b(?P<rel2>after|before|at|around|by|until)\s+(?P<named>noon|midnight|lunch|dinner)\b"
+)
+_PART_OF_DAY_RE = re.compile(
+    r"\b(?P<part>tonight|this evening|in the evening|evenings|at night|in the morning|mornings"
+    r"|this afternoon|in the afternoon)\b"
+)
+_ATTORNEY_NAME_RE = re.compile(
+    r"(?i:\b(?:lawyer|attorney|counsel)(?:'s name)?(?:\s+is|\s+named|\s+called|,)?)\s+"
+    rf"{_TITLES}(?P<name>{_NAME_WORD}(?:\s+{_NAME_WORD})?)"
+    r"|(?P<name2>" + _NAME_WORD + r"(?:\s+" + _NAME_WORD + r")?),?\s+(?i:is my (?:lawyer|attorney))"
+)
+
+
+_EVENING_RE = re.compile(r"\b(?:tonight|this evening|in the evening|at night|this afternoon)\b")
+
+
+def _third_person(normalized: str) -> bool:
+    """Whether the speaker talks of another person or as one (C3 fails closed on it)."""
+    return _THIRD_PERSON_RE.search(_BENIGN_THIRD_PERSON_RE.sub(" ", normalized)) is not None
+
+
+def _installments(normalized: str) -> int | None:
+    for m in _COUNT_RE.finditer(normalized):
+        raw = m.group("n") or m.group("n2")
+        unit = m.group("unit") or m.group("unit2") or ""
+        value = 1.0 if raw == "a" else parse_number(raw)
+        if value is None or value != int(value) or value <= 0:
+            continue
+        return int(value) * (12 if unit.startswith("year") else 1)
+    return None
+
+
+def _hour(raw: str) -> int | None:
+    value = int(raw) if raw.isdigit() else _HOUR_WORDS.get(raw)
+    return value if value is not None and 0 <= value <= 23 else None
+
+
+def _time_named(normalized: str) -> tuple[dt.time | None, str | None]:
+    """A clock time the caller named, as their local time: "after six" is 18:00.
+
+    Without "am"/"pm" an hour from 1 to 7 is read as the afternoon or evening and
+    8 to 11 as the morning, the way people name calling times."""
+    for m in _TIME_RE.finditer(normalized):
+        if m.group("named"):
+            named = {"noon": 12, "lunch": 12, "midnight": 0, "dinner": 18}[m.group("named")]
+            return dt.time(named), _relation(m.group("rel2"))
+        said = _hour(m.group("h"))
+        if said is None:
+            continue
+        hour = said
+        minute = int(m.group("m") or 0)
+        if m.group("mw"):
+            minute = {"thirty": 30, "fifteen": 15, "forty five": 45}[m.group("mw")]
+        ap = (m.group("ap") or "").replace(" ", "")
+        if hour <= 12 and ap in ("pm", "intheevening", "intheafternoon", "atnight", "tonight"):
+            hour = hour % 12 + 12
+        elif hour <= 12 and ap in ("am", "inthemorning"):
+            hour %= 12
+        elif hour <= 7 and not m.group("o") and m.group("rel") in ("at", "around", "about"):
+            if not m.group("m") and not ap:
+                # "at two" may be a date ("at two hundred"); only with a time context.
+                if not _PART_OF_DAY_RE.search(normalized) and "call" not in normalized:
+                    continue
+            hour += 12
+        elif 1 <= hour <= 7:
+            hour += 12
+        elif hour <= 11 and _EVENING_RE.search(normalized):
+            hour += 12  # "tonight at eight"
+        if minute >= 60:
+            continue
+        return dt.time(hour, minute), _relation(m.group("rel"))
+    part = _PART_OF_DAY_RE.search(normalized)
+    if part is not None:
+        word = part.group("part")
+        if "morning" in word:
+            return dt.time(12), "before"
+        if "afternoon" in word:
+            return dt.time(12), "after"
+        return dt.time(18), "after"
+    return None, None
+
+
+def _relation(word: str | None) -> str:
+    if word in ("after", "past", "from"):
+        return "after"
+    if word in ("before", "by", "until", "till"):
+        return "before"
+    return "at"
+
+
+def _phone_number(redacted: str) -> str | None:
+    """A US phone number read out (7, 10 or 11 digits, in groups)."""
+    for m in _DIGIT_RUN_RE.finditer(redacted.lower()):
+        digits = "".join(digit_groups(m.group(0)))
+        if len(digits) in (7, 10) or (len(digits) == 11 and digits.startswith("1")):
+            return digits
+    return None
+
+
+def _attorney_name(redacted: str) -> str | None:
+    for m in _ATTORNEY_NAME_RE.finditer(redacted):
+        name = _clean_name(m.group("name") or m.group("name2") or "")
+        if name:
+            return name
+    return None
+
+
+_NUMBERISH = rf"(?:\$?\d[\d,.]*|{NUMBER_PATTERN})"
+_RANGE_RE = re.compile(
+    rf"\bbetween\s+{_NUMBERISH}.*\band\b|{_NUMBERISH}\s*(?:or|to|-)\s*\$?{_NUMBERISH}"
+    r"|\b(?:or so|or more|or less|give or take|more or less|something like that)\b"
+)
+
+
+def _amounts_ambiguous(found: list[Money], normalized: str) -> bool:
+    """Two different amounts offered, or a range: which is meant must be asked."""
+    said = {m.cents for m in found if (m.offered or m.marked) and not m.negated}
+    return len(said) > 1 or (bool(said) and _RANGE_RE.search(normalized) is not None)
+
+
+def _two_digit_year(value: int, today: dt.date) -> int:
+    """A year said in two digits, for a date of birth: the latest that makes an adult."""
+    year = 2000 + value
+    return year if year <= today.year - 16 else 1900 + value
+
+
+def _spoken_birth_date(toks: list[_Tok], today: dt.date) -> tuple[dt.date | None, bool]:
+    """A date of birth said as digits or numbers ("oh three twelve eighty four",
+    "three five eighty", "March 5th 80"); and whether only part of one was given."""
+    month = next((_MONTHS[t.text] for t in toks if t.kind == "word" and t.text in _MONTHS), None)
+    ordinals = {**_ORD_UNITS, **_ORD_TEENS, **_ORD_TENS}
+    said: list[str] = []
+    for t in toks:
+        if t.kind == "num" and "." not in t.text:
+            said.append(t.text.replace(",", ""))
+        elif t.kind == "word" and t.text in ordinals:
+            said.append(str(ordinals[t.text]))
+        elif t.kind == "word" and t.text in _DIGITISH:
+            said.append(t.text)
+    groups = digit_groups(" ".join(said))
+    for i in range(len(groups) - 1):  # "nineteen eighty": one year, not two groups
+        if groups[i] in ("19", "20") and len(groups[i + 1]) == 2:
+            groups[i : i + 2] = [groups[i] + groups[i + 1]]
+            break
+    if month is not None:
+        groups = [g for g in groups if g]
+        if len(groups) >= 2 and len(groups[-1]) in (2, 4):
+            dom, year = int(groups[0]), int(groups[-1])
+            year = _two_digit_year(year, today) if year < 100 else year
+            return _birth(year, month, dom, today), False
+        return None, bool(groups)
+    digits = "".join(groups)
+    parts: tuple[int, int, int] | None = None
+    if len(groups) == 3 and all(groups) and len(groups[2]) in (2, 4):
+        parts = int(groups[0]), int(groups[1]), int(groups[2])
+    elif len(digits) == 6:
+        parts = int(digits[:2]), int(digits[2:4]), int(digits[4:])
+    elif len(digits) == 8:
+        parts = int(digits[:2]), int(digits[2:4]), int(digits[4:])
+    if parts is None:
+        return None, len(digits) >= 2
+    m, d, y = parts
+    y = _two_digit_year(y, today) if y < 100 else y
+    return _birth(y, m, d, today), False
+
+
+def _birth(year: int, month: int, dom: int, today: dt.date) -> dt.date | None:
+    try:
+        day = dt.date(year, month, dom)
+    except ValueError:
+        return None
+    return day if day.year >= 1900 and day <= today else None
 
 
 # -- the reading -------------------------------------------------------------------------
@@ -1483,6 +1797,7 @@ def understand(
     dates = [d for d in _dates(toks, nums, today, expecting) if not taken.intersection(d.tokens)]
     date_of_birth: dt.date | None = None
     day: dt.date | None = None
+    partial_date = False
     birth_cue = any(t.text in _BIRTH_CUES for t in toks) or expecting is Expectation.DATE_OF_BIRTH
     for found in dates:
         taken.update(found.tokens)
@@ -1490,26 +1805,42 @@ def understand(
             birth_cue or (found.day < today and found.day.year <= today.year - 10)
         )
         if is_birth:
-            date_of_birth = date_of_birth or found.day
-        elif day is None and expecting is not Expectation.DATE_OF_BIRTH:
+            date_of_birth = found.day  # the last one said: "the fifth, no, the sixth"
+        elif expecting is Expectation.DATE_OF_BIRTH:
+            partial_date = True
+        elif day is None:
             day = found.day
+    if date_of_birth is None and birth_cue and last4 is None:
+        date_of_birth, partial = _spoken_birth_date(toks, today)
+        partial_date = partial_date or partial
+        if date_of_birth is not None:
+            partial_date = False
 
-    money = _choose_money(_find_money(toks, nums, expecting is Expectation.AMOUNT, taken))
+    amount_expected = expecting in (
+        Expectation.AMOUNT,
+        Expectation.MONTHLY_AMOUNT,
+        Expectation.ONE_OR_MONTHLY,
+    )
+    found_money = _find_money(toks, nums, amount_expected, taken)
+    money = _choose_money(found_money)
     discount = _discount(normalized)
     offered = money is not None and money.offered and not money.negated
     if (offered or discount is not None) and Intent.PAY_IN_FULL not in intents:
         intents.add(Intent.PAYMENT_OFFER)
+    time, relation = _time_named(normalized)
 
     answer = _yes_no(clauses, expecting)
     if answer is not None:
         intents.add(answer)
     name = _name(redacted, expecting)
-    if expecting is Expectation.IDENTITY:
-        if intents & {Intent.THIRD_PARTY, Intent.WRONG_NUMBER, Intent.DECEASED}:
-            intents.discard(Intent.YES)
-            intents.add(Intent.NO)
-        elif name is not None and Intent.NO not in intents:
-            intents.add(Intent.YES)
+    if expecting is Expectation.IDENTITY and intents & {
+        Intent.THIRD_PARTY,
+        Intent.WRONG_NUMBER,
+        Intent.DECEASED,
+    }:
+        # A name alone is no "yes": the policy compares it with the consumer's (C3).
+        intents.discard(Intent.YES)
+        intents.add(Intent.NO)
     if expecting is Expectation.RECORDING_CONSENT and Intent.NO in intents:
         intents.add(Intent.RECORDING_OBJECTION)
 
@@ -1520,10 +1851,20 @@ def understand(
         name=name,
         date_of_birth=date_of_birth,
         last4=last4,
-        method=_method(normalized, expecting),
+        method=_method(_MARKERS_RE.sub(" ", normalized), expecting),
         discount_pct=discount,
         monthly=money is not None and money.per == "month",
         per=money.per if money else None,
         voicemail=_VOICEMAIL_RE.search(normalized) is not None,
         text=redacted,
+        third_person=_third_person(normalized),
+        partial_dispute=Intent.DISPUTE in intents and _PARTIAL_RE.search(normalized) is not None,
+        once=_ONCE_RE.search(normalized) is not None,
+        installments=_installments(normalized),
+        amounts_ambiguous=_amounts_ambiguous(found_money, normalized),
+        time=time,
+        time_relation=relation,
+        phone_number=_phone_number(redacted),
+        attorney_name=_attorney_name(redacted) if Intent.ATTORNEY in intents else None,
+        partial_date=partial_date and date_of_birth is None,
     )

@@ -63,10 +63,7 @@ class CallerEnd:
 
     async def listen(self, *, silence_s: float = 1.2, timeout_s: float = 60.0) -> AgentUtterance:
         """Wait for the agent to speak, then for ``silence_s`` without agent sound."""
-        self._heard.clear()
-        self._first_sound_at = self._last_sound_at = None
-        self._sound.clear()
-        await asyncio.wait_for(self._sound.wait(), timeout_s)
+        await self._next_sound(timeout_s)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self._last_sound_at is not None
@@ -76,6 +73,21 @@ class CallerEnd:
             await asyncio.sleep(silence_s - quiet)
         assert self._first_sound_at is not None and self._last_sound_at is not None
         return AgentUtterance(self._first_sound_at, self._last_sound_at, bytes(self._heard))
+
+    async def listen_for(self, seconds: float, *, timeout_s: float = 60.0) -> AgentUtterance:
+        """Wait for the agent to speak, then ``seconds`` more: what a caller who starts
+        talking that far into the agent's words has heard of them."""
+        await self._next_sound(timeout_s)
+        assert self._first_sound_at is not None
+        await asyncio.sleep(max(0.0, self._first_sound_at + seconds - time.monotonic()))
+        last = self._last_sound_at or self._first_sound_at
+        return AgentUtterance(self._first_sound_at, last, bytes(self._heard))
+
+    async def _next_sound(self, timeout_s: float) -> None:
+        self._heard.clear()
+        self._first_sound_at = self._last_sound_at = None
+        self._sound.clear()
+        await asyncio.wait_for(self._sound.wait(), timeout_s)
 
     def pull_frame(self, nbytes: int) -> bytes:
         if not self._outgoing:

@@ -96,7 +96,7 @@ class SipInputTransport(BaseInputTransport):
             try:
                 button = KeypadEntry(digit)
             except ValueError:
-                logger.info("DTMF %s has no keypad entry; not passed on", digit)
+                logger.info("a DTMF key with no keypad entry; not passed on")  # C11: no digit
                 continue
             await self.push_frame(InputDTMFFrame(button=button))
 

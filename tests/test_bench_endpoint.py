@@ -281,7 +281,7 @@ def test_a_small_real_run_writes_the_report(tmp_path):
     text = output.read_text()
     assert text.startswith("# Endpointing")
     assert "Measured " in text and "`python -m agent bench endpoint --stops 0.2,0.5" in text
-    assert "**VAD stop 0.20 s + smart-turn v3 (as the pipeline) (baseline)** | 6 |" in text
+    assert "**VAD stop 0.20 s + smart-turn v3 (as the pipeline) (baseline)** | 8 |" in text
     assert "| VAD stop 0.50 s + VAD stop alone" in text
     assert "| VAD stop 0.50 s + smart-turn v3, fallback 1 s |" in text
     assert "## Recommendation" in text and "## Corpus" in text

@@ -78,6 +78,35 @@ async def test_what_the_consumer_says_reaches_the_pre_dial_gate(cpu_models, db_u
     assert not decision.allowed and decision.rule == "D7", decision
 
 
+async def test_okay_said_over_the_mini_miranda_cuts_it_and_answers_nothing(cpu_models, tmp_path):
+    # Issue 17: "Okay." two seconds into the mini-Miranda, through real audio. It is
+    # noted only once said again in full, "Okay." is no yes to a question never heard,
+    # and the turn record keeps the reply as heard: cut.
+    from agent.scenarios import account_from
+
+    settings = settings_for(cpu_models, f"sqlite:///{tmp_path / 'agent.db'}")
+    scenario = Scenario(
+        "okay_over_the_mini_miranda",
+        "the caller says okay over the mini-Miranda",
+        account_from({}),
+        ("Yes, this is Jordan Smith.", "March fifth, nineteen eighty.", "Okay."),
+        barge_in=(None, None, 2.0),
+    )
+    async with AgentRuntime(settings) as ctx:
+        sim = await simulate_call(ctx, scenario)
+    policy = sim.policy
+    assert policy is not None and policy.verified
+    assert policy.promise is None, policy.promise
+    kinds = [e.kind for e in policy.events]
+    assert kinds.count("mini_miranda") == 1, kinds  # the second, whole one
+    cut = [t for t in sim.summary.turns if t.interrupted and "[cut at" in (t.agent_text or "")]
+    assert cut, [(t.user_text, t.agent_text, t.interrupted) for t in sim.summary.turns]
+    assert cut[0].agent_text.startswith("This is Northwind Recovery")
+    assert "any information obtained" not in cut[0].agent_text
+    last = sim.summary.turns[-1]
+    assert last.agent_text.startswith("This is Northwind Recovery, a debt collector."), last
+
+
 async def test_drop_audio_ends_one_kind_of_raw_audio_going_downstream_only():
     from pipecat.frames.frames import (
         InputAudioRawFrame,

@@ -44,7 +44,7 @@ from agent.scenarios import builtin_scenarios
 from agent.store import StoreWriter, create_engine_for, upgrade
 from tests.conftest import settings_for
 
-PROMPTS = PromptSet.load("collections-v1")
+PROMPTS = PromptSet.load("collections-v2")
 NOW = dt.datetime(2026, 11, 20, 17, 30, tzinfo=dt.UTC)
 DEADLINE_MS = Settings().tts_fallback_deadline_ms
 

@@ -12,6 +12,7 @@ from pipecat.frames.frames import (
     EndWorkerFrame,
     FunctionCallFromLLM,
     FunctionCallsStartedFrame,
+    InterruptionFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -28,24 +29,24 @@ from agent.dialogue import (
     PhraseRequestFrame,
     PolicyProcessor,
     TemplateTextFrame,
-    first_clause_end,
 )
 from agent.llm import ChatCompletionsLLMService
 from agent.phrasing import Phrasing
-from agent.policy import TOOLS, ConversationPolicy, PolicyEvent, Templates
+from agent.policy import TOOLS, ConversationPolicy, PolicyEvent, Stage, Templates
 from agent.prompts import PromptSet
 from agent.scenarios import account_from
 from agent.sessions import ServiceSessions
 from agent.speculation import Speculation
 
-PROMPTS = PromptSet.load("collections-v1")
+PROMPTS = PromptSet.load("collections-v2")
 
 
 def policy(**account) -> ConversationPolicy:
     p = ConversationPolicy(
         account_from(account), Templates(PROMPTS.templates), dt.date(2026, 12, 2)
     )
-    p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
+    reply = p.opening(PROMPTS.greeting.format(consumer_name="Jordan Smith"))
+    p.played(reply, len(reply.texts))  # the greeting was heard to its end
     return p
 
 
@@ -70,6 +71,8 @@ async def test_a_caller_turn_is_answered_with_templates_and_events_are_reported(
 
 
 async def test_a_generated_sentence_about_the_debt_is_blocked_before_verification():
+    """The response is held whole: a template passes at once, the LLM's text only when
+    its end has come and all of it passed; one bad sentence and none of it is said."""
     events = []
     guard = GuardProcessor(policy(), events.append)
     down, _ = await run_test(
@@ -83,17 +86,16 @@ async def test_a_generated_sentence_about_the_debt_is_blocked_before_verificatio
         ],
         expected_down_frames=[
             LLMFullResponseStartFrame,
-            LLMTextFrame,
-            TemplateTextFrame,
-            TemplateTextFrame,
+            TemplateTextFrame,  # the template, ahead of the LLM's text held back
+            TemplateTextFrame,  # the guard's safe sentence instead of the LLM's
             LLMFullResponseEndFrame,
         ],
     )
-    spoken = [f.text for f in down if isinstance(f, LLMTextFrame)]
-    assert spoken[0].strip() == "Hello there."
-    assert "1,200" not in " ".join(spoken) and spoken[-1] == "Goodbye. "
+    spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
+    assert spoken == ["Goodbye.", "I'm only able to speak with Jordan Smith directly."]
     [event] = events
     assert event.kind == "blocked_sentence" and event.detail["rule"] == "C3"
+    assert event.detail["text"] == "You owe $1,200 to Acme Bank."
 
 
 # -- production mode (LLM_MODE=phrase) -----------------------------------------------
@@ -101,8 +103,9 @@ async def test_a_generated_sentence_about_the_debt_is_blocked_before_verificatio
 
 def verified_policy(**account) -> ConversationPolicy:
     p = policy(**account)
-    p.on_caller_turn("Yes, this is Jordan Smith.")
-    p.on_caller_turn("March fifth, nineteen eighty.")
+    for line in ("Yes, this is Jordan Smith.", "March fifth, nineteen eighty."):
+        reply = p.on_caller_turn(line)
+        p.played(reply, len(reply.texts))
     assert p.verified
     return p
 
@@ -162,14 +165,33 @@ async def run_guard(phrasing: Phrasing, *frames) -> tuple[list[str], list]:
     return [f.text.strip() for f in down if isinstance(f, LLMTextFrame)], events
 
 
+#: A faithful phrasing of the policy's counter-offer to OFFER (``MINIMUM``), in pieces.
+PHRASED = ("The lowest monthly amount is one hundred dollars, ", "for twelve months. ", "Okay?")
+
+
 async def test_the_llm_phrasing_is_spoken_when_the_guard_allows_it():
-    spoken, events = await run_guard(
-        phrased(),
-        LLMTextFrame("The lowest monthly amount is fifty dollars. "),
-        LLMTextFrame("Could that work?"),
+    decisions = []
+    phrasing = phrased()
+    guard = GuardProcessor(
+        phrasing.policy, lambda e: None, phrasing=phrasing, on_decision=decisions.append
     )
-    assert spoken == ["The lowest monthly amount is fifty dollars.", "Could that work?"]
-    assert events == []
+    down, _ = await run_test(
+        guard,
+        frames_to_send=[
+            PhraseRequestFrame(phrasing.turn),
+            LLMFullResponseStartFrame(),
+            *[LLMTextFrame(piece) for piece in PHRASED],
+            LLMFullResponseEndFrame(),
+        ],
+    )
+    spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
+    assert spoken == [
+        "The lowest monthly amount is one hundred dollars, for twelve months.",
+        "Okay?",
+    ]  # one unit per sentence, for the TTS
+    [decision] = decisions
+    assert decision.spoken == tuple(spoken) and decision.blocked == ()
+    assert decision.reference == MINIMUM and phrasing.pending is None  # settled
 
 
 async def test_the_policy_text_is_spoken_when_the_llm_says_nothing():
@@ -179,7 +201,7 @@ async def test_the_policy_text_is_spoken_when_the_llm_says_nothing():
     assert spoken == reference
 
 
-async def test_a_blocked_phrased_sentence_drops_the_rest_and_the_policy_text_is_spoken():
+async def test_a_blocked_phrased_sentence_drops_the_whole_response_for_the_policy_text():
     phrasing = phrased()
     reference = phrasing.pending.texts
     spoken, events = await run_guard(
@@ -188,8 +210,75 @@ async def test_a_blocked_phrased_sentence_drops_the_rest_and_the_policy_text_is_
         LLMTextFrame("If you don't pay we will have you arrested. "),
         LLMTextFrame("So pay fifty."),
     )
-    assert spoken[0] == "I hear you." and spoken[1:] == reference
-    assert [e.kind for e in events] == ["blocked_sentence"]
+    assert spoken == reference  # not even "I hear you.", which passed on its own
+    # Each failing sentence is kept for review: a threat, and an amount not offered.
+    assert [(e.kind, e.detail["rule"]) for e in events] == [
+        ("blocked_sentence", "C5"),
+        ("blocked_sentence", "allow:figure"),
+    ]
+    assert events[0].detail["text"] == "If you don't pay we will have you arrested."
+
+
+async def test_a_response_without_the_references_content_is_not_spoken():
+    """Each sentence may pass and the response still fail: the counter-offer's figures
+    and its question are the reference's required content."""
+    phrasing = phrased()
+    reference = phrasing.pending.texts
+    spoken, events = await run_guard(phrasing, LLMTextFrame("Thank you for telling me that."))
+    assert spoken == reference
+    assert [e.detail["rule"] for e in events] == ["allow:required"]
+
+
+async def test_a_blocked_sentence_is_stored_for_review_with_card_data_redacted():
+    phrasing = phrased()
+    reference = phrasing.pending.texts
+    spoken, events = await run_guard(
+        phrasing,
+        LLMTextFrame("Sure, your card 4111 1111 1111 1111 works. "),
+        LLMTextFrame("Would that work for you?"),
+    )
+    assert spoken == reference
+    [event] = events
+    assert "4111" not in event.detail["text"] and "[card number removed]" in event.detail["text"]
+    assert event.detail["rule"] == "C11" and event.detail["reason"]
+
+
+async def test_nothing_reaches_the_voice_before_the_response_has_passed():
+    """However long the response streams, its first words wait for its end."""
+    phrasing = phrased()
+    guard = GuardProcessor(phrasing.policy, lambda e: None, phrasing=phrasing)
+    heard = Heard()
+    pieces = [LLMTextFrame(piece) for piece in PHRASED]
+    frames = [PhraseRequestFrame(phrasing.turn), LLMFullResponseStartFrame()]
+    for piece in pieces:
+        frames += [piece, SleepFrame(0.2)]
+    start = asyncio.get_running_loop().time()
+    await run_test(Pipeline([guard, heard]), frames_to_send=[*frames, LLMFullResponseEndFrame()])
+    assert [text for _, text in heard.texts] == [
+        "The lowest monthly amount is one hundred dollars, for twelve months.",
+        "Okay?",
+    ]
+    assert all(at - start >= 0.55 for at, _ in heard.texts), heard.texts  # after the stream
+
+
+async def test_what_the_llm_wrote_before_the_caller_cut_in_is_not_spoken():
+    phrasing = phrased()
+    reference = phrasing.pending.texts
+    guard = GuardProcessor(phrasing.policy, lambda e: None, phrasing=phrasing)
+    down, _ = await run_test(
+        guard,
+        frames_to_send=[
+            PhraseRequestFrame(phrasing.turn),
+            LLMFullResponseStartFrame(),
+            LLMTextFrame(PHRASED[0]),
+            SleepFrame(0.1),
+            InterruptionFrame(),
+            LLMTextFrame(PHRASED[1] + PHRASED[2]),
+            LLMFullResponseEndFrame(),
+        ],
+    )
+    spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
+    assert spoken == reference  # what came after is judged alone: the policy's text
 
 
 async def test_a_tool_call_settles_the_turn_without_the_fallback():
@@ -271,7 +360,9 @@ async def test_a_tool_call_through_the_openai_service_is_gated_and_answered():
     context = LLMContext(messages=[{"role": "user", "content": "I can do twenty dollars a month."}])
     try:
         down, _ = await run_test(
-            pipeline, frames_to_send=[LLMContextFrame(context)], send_end_frame=False
+            pipeline,
+            frames_to_send=[LLMContextFrame(context), SleepFrame(0.5)],
+            send_end_frame=True,
         )
     finally:
         await sessions.close()
@@ -279,8 +370,9 @@ async def test_a_tool_call_through_the_openai_service_is_gated_and_answered():
     [request] = server_llm.requests
     assert [t["function"]["name"] for t in request["tools"]] == list(TOOLS)
     spoken = " ".join(f.text for f in down if isinstance(f, LLMTextFrame))
-    assert "$50 a month starting" in spoken and "Would that work" not in spoken  # confirmed
-    assert p.promise is not None and p.disposition == "payment_plan"
+    # C13: the LLM's terms are read back for the consumer's own yes, never recorded by it.
+    assert "To confirm: $50 a month for 6 months" in spoken and "Would that work" not in spoken
+    assert p.promise is None and p.stage is Stage.READ_BACK
     assert "tool_call" in [e.kind for e in events]
 
 
@@ -312,7 +404,7 @@ async def test_when_the_llm_misses_its_deadline_the_policy_speaks_and_the_late_a
     # The end comes after the slow LLM has answered.
     down, _ = await run_test(pipeline, frames_to_send=[LLMContextFrame(context), SleepFrame(1.0)])
     spoken = [f.text.strip() for f in down if isinstance(f, LLMTextFrame)]
-    assert len(spoken) == 1 and "$50 a month" in spoken[0], spoken
+    assert spoken == [MINIMUM], spoken
     assert phrasing.expired
 
 
@@ -427,8 +519,11 @@ async def through_the_openai_service(
 
 OFFER = "I can do twenty dollars a month."
 #: What the policy answers OFFER with (the LLM's reference, and the fallback).
-MINIMUM = "The smallest monthly payment I can set up is $50 a month. Would that work for you?"
-NO_CARDS = "Please don't read card numbers aloud. We will send you a secure payment link instead."
+MINIMUM = (
+    "The lowest monthly payment I can set up is $100 a month, for 12 months. "
+    "Would that work for you?"
+)
+NO_CARDS = PROMPTS.templates["no_card_numbers"]
 
 
 async def test_a_live_llm_slow_to_its_first_words_misses_the_deadline():
@@ -443,17 +538,13 @@ async def test_a_live_llm_slow_to_its_first_words_misses_the_deadline():
 
 async def test_an_llm_whose_first_words_come_in_time_is_spoken_to_its_end():
     """The first token within the deadline wins the turn, however long the rest takes."""
-    llm = StreamingLLM(
-        "The lowest monthly amount is fifty dollars. ",
-        "Could that work?",
-        first_s=0.05,
-        between_s=0.4,
-    )
-    heard, phrasing, _ = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0)
+    llm = StreamingLLM(*PHRASED, first_s=0.05, between_s=0.3)
+    heard, phrasing, _ = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.3)
     assert [text for _, text in heard] == [
-        "The lowest monthly amount is fifty dollars.",
-        "Could that work?",
+        "The lowest monthly amount is one hundred dollars, for twelve months.",
+        "Okay?",
     ], heard
+    assert heard[0][0] > 0.6, heard  # spoken when the whole response had passed
     assert not phrasing.expired
 
 
@@ -474,12 +565,16 @@ async def test_a_late_answer_claims_no_later_turn_and_holds_up_no_policy_text():
 async def test_a_request_past_its_deadline_is_given_up_and_the_next_turn_waits_on_nothing():
     """Turn 1's LLM is slow (1 s to its first words), turn 2's quick: turn 1's stream is
     cut at its deadline, so turn 2's request goes at once and its words are spoken."""
-    llm = StreamingLLM("The lowest amount is fifty dollars a month.", first_s=1.0, then_s=0.05)
+    llm = StreamingLLM("".join(PHRASED), first_s=1.0, then_s=0.05)
     events: list[PolicyEvent] = []
     heard, _, _ = await through_the_openai_service(
         llm, 0.2, (0, OFFER), (0.5, OFFER), wait_s=1.5, events=events
     )
-    assert [text for _, text in heard] == [MINIMUM, "The lowest amount is fifty dollars a month."]
+    assert [text for _, text in heard] == [
+        MINIMUM,
+        "The lowest monthly amount is one hundred dollars, for twelve months.",
+        "Okay?",
+    ]
     assert heard[1][0] < 0.7, heard  # turn 2's own deadline (0.5 + 0.2), not turn 1's 1 s
     assert llm.finished == [False, True]
     assert events == []  # one late answer is no outage
@@ -487,10 +582,11 @@ async def test_a_request_past_its_deadline_is_given_up_and_the_next_turn_waits_o
 
 async def test_a_stream_gone_quiet_after_its_first_words_is_given_up_as_stalled(monkeypatch):
     monkeypatch.setattr(agent.llm, "STALL_TIMEOUT_S", 0.3)
-    llm = StreamingLLM(MINIMUM, " And then", first_s=0.05, between_s=2.0)
+    llm = StreamingLLM(PHRASED[0], PHRASED[1], first_s=0.05, between_s=2.0)
     events: list[PolicyEvent] = []
     heard, _, _ = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0, events=events)
-    assert [text for _, text in heard] == [MINIMUM.split(". ")[0] + ".", MINIMUM.split(". ")[1]]
+    # What it wrote before it stalled ends mid-sentence: the policy's text, whole.
+    assert [text for _, text in heard] == [MINIMUM]
     assert [e.kind for e in events] == ["llm_unavailable"]
     assert "stalled" in events[0].detail["reason"]
 
@@ -498,53 +594,14 @@ async def test_a_stream_gone_quiet_after_its_first_words_is_given_up_as_stalled(
 async def test_a_request_given_up_while_queued_is_never_sent():
     """Turn 1's answer (begun in time) streams past turn 2's deadline: turn 2's request,
     still queued behind it, is dropped there instead of being sent for nothing."""
-    llm = StreamingLLM("Fifty dollars a month is the least.", first_s=0.05, between_s=0.6)
+    llm = StreamingLLM(*PHRASED, first_s=0.05, between_s=0.3)
     heard, phrasing, _ = await through_the_openai_service(
         llm, 0.2, (0, OFFER), (0.1, OFFER), wait_s=1.5
     )
-    # Turn 1 is spoken from 0.05 s and its stream ends at ~0.65 s; at turn 2's deadline
-    # (0.3 s) the policy answers it and its request is given up.
-    assert [text for _, text in heard] == ["Fifty dollars a month is the least.", MINIMUM]
-    assert heard[1][0] < 0.5, heard
+    # Turn 1 begins at 0.05 s and its stream ends at ~0.65 s; at turn 2's deadline
+    # (0.3 s) the policy answers it and its request is given up. Turn 1's answer, whole
+    # only after that, answers a question the caller has moved past: it is dropped.
+    assert [text for _, text in heard] == [MINIMUM]
+    assert heard[0][0] < 0.5, heard
     assert llm.finished == [True]
     assert phrasing.expired
-
-
-async def test_the_first_clause_goes_ahead_and_the_whole_sentence_is_still_checked():
-    spoken, events = await run_guard(
-        phrased(),
-        LLMTextFrame("I understand that money is tight,"),
-        LLMTextFrame(" and the smallest"),
-        LLMTextFrame(" monthly payment is fifty dollars. Could that work?"),
-    )
-    assert spoken == [
-        "I understand that money is tight,",
-        "and the smallest monthly payment is fifty dollars.",
-        "Could that work?",
-    ]
-    assert events == []
-
-
-async def test_a_short_or_blocked_first_clause_waits_for_its_sentence():
-    guard_events = []
-    guard = GuardProcessor(verified_policy(), guard_events.append)
-    down, _ = await run_test(
-        guard,
-        frames_to_send=[
-            LLMFullResponseStartFrame(),
-            LLMTextFrame("Well, okay,"),  # too short to stand alone
-            LLMTextFrame(" we will have you arrested,"),  # blocked on its own: held back
-            LLMTextFrame(" unless you pay today."),
-            LLMFullResponseEndFrame(),
-        ],
-    )
-    spoken = [f.text for f in down if isinstance(f, LLMTextFrame)]
-    assert "arrested" not in " ".join(spoken)
-    assert [e.kind for e in guard_events] == ["blocked_sentence"]  # once, for the sentence
-
-
-def test_a_clause_ends_at_punctuation_before_a_space_after_enough_words():
-    assert first_clause_end("Your balance is $1,200 with Acme") == 0  # a number, not a clause
-    assert first_clause_end("Well, okay, I see") == 0
-    text = "I see that you can pay; the next step"
-    assert text[: first_clause_end(text)] == "I see that you can pay;"

@@ -55,7 +55,7 @@ from tests.audio import speech_pcm
 from tests.conftest import settings_for
 from tests.fallback_tts import API_KEY, FakeCartesia
 
-TEXTS = PromptSet.load("collections-v1").templates
+TEXTS = PromptSet.load("collections-v2").templates
 #: Every test is held to this, whatever hangs (no test takes more than about 40 s).
 LIMIT_S = 90.0
 RATE = 16000
@@ -115,9 +115,11 @@ async def speaker() -> AsyncIterator[tuple[Speaker, str]]:
         yield state, f"http://{host}/v1/speech"
 
 
-async def launch(name: str, log_dir: Path, port: int | None = None) -> ServerProcess:
+async def launch(
+    name: str, log_dir: Path, port: int | None = None, args: tuple[str, ...] = ()
+) -> ServerProcess:
     """The stub model server (all three protocols) as a child process, healthy."""
-    server = ServerProcess.launch(name, "infra.stub_server", log_dir=log_dir, port=port)
+    server = ServerProcess.launch(name, "infra.stub_server", log_dir=log_dir, port=port, args=args)
     try:
         await server.wait_healthy(30)
     except BaseException:
@@ -127,12 +129,14 @@ async def launch(name: str, log_dir: Path, port: int | None = None) -> ServerPro
 
 
 @asynccontextmanager
-async def stub_servers(log_dir: Path, *names: str) -> AsyncIterator[dict[str, ServerProcess]]:
+async def stub_servers(
+    log_dir: Path, *names: str, args: tuple[str, ...] = ()
+) -> AsyncIterator[dict[str, ServerProcess]]:
     """One stub server process per name, stopped (and resumed first, if stopped) at the end."""
     servers: dict[str, ServerProcess] = {}
     try:
         for name in names:
-            servers[name] = await launch(name, log_dir)
+            servers[name] = await launch(name, log_dir, args=args)
         yield servers
     finally:
         for server in servers.values():
@@ -215,6 +219,19 @@ def stored(ctx: CallContext, call_id: str) -> tuple[CallRow, list[tuple[str, dic
             select(CallEvent).where(CallEvent.call_id == call_id).order_by(CallEvent.id)
         ).all()
         return row, [(e.kind, e.detail) for e in events]
+
+
+#: What the stub STT hears in a call that must go on turn after turn: the consumer, verified
+#: at once, offering less than the creditor's minimum every time, so each turn is answered
+#: with the policy's counter-offer (a reply the LLM may phrase) and the call never ends.
+OFFERING = "Yes, this is Jordan Smith, born March 5th 1980. I can pay twenty dollars a month."
+#: The policy's answer to OFFERING, and the stub LLM's own phrasing of it.
+COUNTER = (
+    "The lowest monthly payment I can set up is $100 a month, for 12 months. "
+    "Would that work for you?"
+)
+PHRASED = "I can set up $100 a month for 12 months. Would that work for you?"
+LOOPING = ("--transcript", OFFERING, "--reply", PHRASED)
 
 
 @pytest.fixture(scope="module")
@@ -335,15 +352,14 @@ async def test_stt_killed_for_good_ends_the_call_cleanly_and_says_why(
 async def test_llm_gone_the_policy_speaks_its_own_text(
     tmp_path: Path, yes: bytes, mode: str, sig: signal.Signals, caplog: pytest.LogCaptureFixture
 ) -> None:
-    reask = f"I'm sorry, I didn't catch that. {TEXTS['ask_dob']}"
     async with asyncio.timeout(LIMIT_S), speaker() as (voice, tts):
-        async with stub_servers(tmp_path, "stt", "llm") as s:
+        async with stub_servers(tmp_path, "stt", "llm", args=LOOPING) as s:
             models = ModelEndpoints(stt_url(s["stt"]), f"{s['llm'].base_url}/v1", tts)
             env = settings(models, tmp_path, LLM_MODE=mode)
             async with AgentRuntime(env) as ctx, held_call(ctx, voice) as c:
-                await c.turn(yes)  # verification: always the policy's own text
+                await c.turn(yes)  # verification and disclosure: always the policy's own text
                 before = len(voice.texts)
-                await c.turn(yes)  # "I didn't catch that": the LLM phrases it, in phrase mode
+                await c.turn(yes)  # the counter-offer: the LLM phrases it, in phrase mode
                 phrased = voice.said(before)
                 kill(s["llm"], sig)
                 with caplog.at_level(logging.INFO, logger="agent.llm"):
@@ -356,10 +372,10 @@ async def test_llm_gone_the_policy_speaks_its_own_text(
             _, events = stored(ctx, call_id)
 
     if mode == "phrase":
-        assert phrased == "Thank you. How can I help you today?"  # the stub LLM's words
+        assert phrased == PHRASED  # the stub LLM's words, past the guard
     else:
-        assert phrased == reask
-    assert answers == [reask, reask]
+        assert phrased == COUNTER
+    assert answers == [COUNTER, COUNTER]
     unavailable = [d for kind, d in events if kind == "llm_unavailable"]
     warnings = [r for r in caplog.records if r.name == "agent.llm" and r.levelno >= logging.WARNING]
     if mode == "templates":
@@ -409,7 +425,7 @@ async def test_llm_hanging_after_its_headers_is_given_up_each_turn_and_recorded_
     try:
         await llm.wait_healthy(30)
         async with asyncio.timeout(LIMIT_S), speaker() as (voice, tts):
-            async with stub_servers(tmp_path, "stt") as s:
+            async with stub_servers(tmp_path, "stt", args=LOOPING) as s:
                 models = ModelEndpoints(stt_url(s["stt"]), f"{llm.base_url}/v1", tts)
                 env = settings(models, tmp_path, LLM_MODE="phrase")
                 async with AgentRuntime(env) as ctx, held_call(ctx, voice) as c:
@@ -422,8 +438,7 @@ async def test_llm_hanging_after_its_headers_is_given_up_each_turn_and_recorded_
                 _, events = stored(ctx, call_id)
     finally:
         await llm.stop(grace=2)
-    reask = f"I'm sorry, I didn't catch that. {TEXTS['ask_dob']}"
-    assert answers == [reask] * agent.llm.LATE_ANSWERS_FOR_OUTAGE
+    assert answers == [COUNTER] * agent.llm.LATE_ANSWERS_FOR_OUTAGE
     [unavailable] = [d for kind, d in events if kind == "llm_unavailable"]
     assert "came too late" in unavailable["reason"]
 
@@ -436,7 +451,7 @@ async def test_tts_primary_killed_the_fallback_speaks_and_it_is_recorded(
 ) -> None:
     fake = FakeCartesia()
     async with asyncio.timeout(LIMIT_S), serving(fake.app) as fallback_host:
-        async with stub_servers(tmp_path, "stt", "tts") as s:
+        async with stub_servers(tmp_path, "stt", "tts", args=LOOPING) as s:
             models = ModelEndpoints(
                 stt_url(s["stt"]), f"{s['stt'].base_url}/v1", f"{s['tts'].base_url}/v1/speech"
             )
@@ -460,15 +475,14 @@ async def test_tts_primary_killed_the_fallback_speaks_and_it_is_recorded(
             summary = await c.summary()
             row, events = stored(ctx, call_id)
 
-    reask = f"I'm sorry, I didn't catch that. {TEXTS['ask_dob']}"
-    assert [t.strip() for t in fake.transcripts] == [reask] * 3
+    assert [t.strip() for t in fake.transcripts] == [COUNTER] * 3
     reasons = [d["reason"] for kind, d in events if kind == "tts_fallback"]
     assert len(reasons) == 3 and reasons[2] == "breaker_open", reasons
     assert all(r.startswith("error: ") for r in reasons[:2]), reasons
     assert summary.end_reason == row.end_reason == "caller_hung_up"
     billed = {line.component: line.quantity for line in row.cost_lines}
     # The fallback's characters are billed (each text with its trailing space).
-    assert billed["tts_fallback"] * 1000 == pytest.approx(3 * len(reask), abs=3)
+    assert billed["tts_fallback"] * 1000 == pytest.approx(3 * len(COUNTER), abs=3)
     assert [t.number for t in row.turns] == [1, 2, 3, 4]
 
 
@@ -558,7 +572,7 @@ async def test_postgres_restarting_mid_call_loses_nothing(
     tmp_path: Path, yes: bytes, private_postgres: PrivatePostgres, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with asyncio.timeout(LIMIT_S), speaker() as (voice, tts):
-        async with stub_servers(tmp_path, "stt") as s:
+        async with stub_servers(tmp_path, "stt", args=LOOPING) as s:
             models = ModelEndpoints(stt_url(s["stt"]), f"{s['stt'].base_url}/v1", tts)
             env = settings(models, tmp_path, private_postgres.url)
             async with AgentRuntime(env) as ctx, held_call(ctx, voice) as c:

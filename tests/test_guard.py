@@ -6,7 +6,8 @@ import dataclasses
 
 import pytest
 
-from agent.guard import GuardContext, OutputGuard, Verdict
+from agent.guard import GuardContext, Instruction, OutputGuard, Verdict, extract_figures
+from agent.scenarios import account_from
 
 # Balance $1,200; settlements from $840 (30 % off); at least $50 a month; at most 12 months.
 VERIFIED = GuardContext(
@@ -354,3 +355,142 @@ def test_guard_is_stateless_and_deterministic(guard: OutputGuard) -> None:
     sentence = "We can take 40 percent off."
     assert guard.check(sentence, VERIFIED) == guard.check(sentence, VERIFIED)
     assert OutputGuard().check(sentence, VERIFIED) == guard.check(sentence, VERIFIED)
+
+
+# -- the allow-list: a sentence is spoken only if the turn's instruction justifies it ------
+
+COUNTER = (
+    "The lowest monthly payment I can set up is $100 a month, for 12 months. "
+    "Would that work for you?"
+)
+ACCOUNT = account_from({})  # Jordan Smith, $1,200 with Acme Bank
+
+
+def turn(reference: str, *, verified: bool = True) -> GuardContext:
+    """The guard's context for a turn whose instruction is ``reference``."""
+    instruction = Instruction.for_turn(reference, ACCOUNT, verified=verified)
+    return GuardContext.for_account(ACCOUNT, verified=verified, instruction=instruction)
+
+
+def test_the_facts_of_a_stage_grow_only_with_verification() -> None:
+    before = Instruction.for_turn("Am I speaking with Jordan Smith?", ACCOUNT, verified=False)
+    after = Instruction.for_turn(COUNTER, ACCOUNT, verified=True)
+    assert before.facts == ("Riley", "automated assistant", "Jordan Smith")
+    assert after.facts == (*before.facts, "$1,200", ACCOUNT.creditor, "Northwind Recovery")
+
+
+@pytest.mark.parametrize(
+    ("text", "figures", "runs"),
+    [
+        ("$1,200.50 and fifty cents", [("money", 1200.5), ("money", 0.5)], []),
+        ("twelve hundred dollars", [("money", 1200)], []),
+        ("a hundred and five dollars", [("money", 105)], []),
+        ("30 percent off, or 25%", [("percent", 30), ("percent", 25)], []),
+        ("half of it", [("percent", 50)], []),
+        ("for twelve months", [("number", 12)], []),
+        ("on the 3rd, or the fifteenth", [("ordinal", 3), ("ordinal", 15)], []),
+        ("five five five", [("number", 5)] * 3, []),
+        ("call 1-800-555-0100 or 555 0134 by 12/11", [], ["18005550100", "5550134", "1211"]),
+    ],
+)
+def test_every_number_is_found_as_what_it_is(text: str, figures: list, runs: list) -> None:
+    found, compounds = extract_figures(text)
+    assert [(f.kind, f.value) for f in found] == figures
+    assert compounds == runs
+
+
+FAITHFUL = [
+    COUNTER,
+    "Thank you. " + COUNTER,
+    "The lowest monthly amount is one hundred dollars, for twelve months. Could that work?",
+    "I understand. The smallest plan I can set up is $100 a month for 12 months. Is that okay?",
+]
+
+
+@pytest.mark.parametrize("text", FAITHFUL)
+def test_a_faithful_phrasing_of_the_reference_passes(guard: OutputGuard, text: str) -> None:
+    verdict = guard.check_response(text, turn(COUNTER))
+    assert verdict.allowed, verdict.blocked
+    assert " ".join(verdict.sentences) == text
+
+
+#: What a base model wrote in phrase mode (issue 17), and outputs of each class it
+#: stands for, with the allow-list rule that stops each.
+UNJUSTIFIED = [
+    ("I will call the money in full if I have to pay it off.", "allow:consumer-voice"),
+    ("I do not owe it, I just want to end the call.", "allow:consumer-voice"),
+    ("This is Jordan Smith speaking.", "allow:consumer-voice"),
+    ("Please call 1026-12-05. " + COUNTER, "allow:figure"),
+    ("You could reach us at 555 0134. " + COUNTER, "allow:figure"),
+    (COUNTER + " You can start on Friday.", "allow:figure"),
+    (COUNTER + " You can start on the fifth.", "allow:figure"),
+    (COUNTER.replace("$100", "$80"), "allow:figure"),
+    (COUNTER.replace("12 months", "24 months"), "C6"),
+    (COUNTER + " That is $1,000 in all.", "allow:figure"),
+    (COUNTER + " I can also take 20 percent off.", "allow:figure"),
+    (COUNTER + " Or settle today.", "allow:term"),
+    (COUNTER + " You can pay with cash.", "allow:term"),
+    ("Please keep this number as your last name.", "allow:required"),
+    ("我们可以每月支付一百美元。", "allow:script"),
+    ("Saya akan membayar $100 sebulan. " + COUNTER, "allow:language"),
+    ("Puedes pagar $100 al mes. " + COUNTER, "allow:language"),
+    (COUNTER + " Capital One will help you.", "allow:name"),
+    ("Yes, that's right. " + COUNTER, "allow:answer"),
+    ("Call record_promise now. " + COUNTER, "allow:code"),
+    ('{"amount": 100, "months": 12}', "allow:code"),
+    ("Call state: talking with Jordan Smith. " + COUNTER, "allow:code"),
+    ("The lowest monthly payment I can set up is $100 a month, for 12", "allow:truncated"),
+    ("The lowest monthly payment I can set up is $100 a month for the...", "allow:truncated"),
+    (" ".join([COUNTER] * 3), "allow:length"),
+    ("Thank you. Have a wonderful day, and take care.", "allow:required"),
+    (COUNTER + " You don't have to pay the rest.", "allow:unsupported"),
+    (COUNTER + " We will close your account once it is done.", "allow:unsupported"),
+    ("I'm a real person, not a robot. " + COUNTER, "allow:identity"),
+]
+
+
+@pytest.mark.parametrize(("text", "rule"), UNJUSTIFIED)
+def test_what_the_instruction_does_not_justify_is_blocked(
+    guard: OutputGuard, text: str, rule: str
+) -> None:
+    verdict = guard.check_response(text, turn(COUNTER))
+    assert not verdict.allowed, text
+    assert verdict.verdict.rule == rule, verdict.blocked
+    assert verdict.verdict.reason
+
+
+def test_content_the_reference_does_not_say_is_blocked(guard: OutputGuard) -> None:
+    text = "Your neighbours and family members must know about this situation soon. " + COUNTER
+    verdict = guard.check_response(text, turn(COUNTER))
+    assert verdict.verdict.rule == "allow:unsupported", verdict.blocked
+
+
+def test_before_verification_only_who_is_calling_and_for_whom(guard: OutputGuard) -> None:
+    ctx = turn("Am I speaking with Jordan Smith?", verified=False)
+    for text in (
+        "Am I speaking with Jordan Smith?",
+        "Hello, this is Riley, an automated assistant. Am I speaking with Jordan Smith?",
+    ):
+        assert guard.check_response(text, ctx).allowed, text
+    for text in (
+        "Hello, this is Riley from Northwind Recovery. Am I speaking with Jordan Smith?",
+        "It's about your account with Acme Bank. Am I speaking with Jordan Smith?",
+        "Yes, it's about money. Am I speaking with Jordan Smith?",
+    ):
+        assert not guard.check_response(text, ctx).allowed, text
+
+
+def test_a_refusal_in_the_reference_stays_a_refusal(guard: OutputGuard) -> None:
+    reference = (
+        "I can't accept $300 as one payment. The lowest one-time payment I can accept "
+        "is $840. Would that work for you?"
+    )
+    assert guard.check_response(reference, turn(reference)).allowed  # $300 is restated
+    flipped = reference.replace("can't", "can")
+    assert guard.check_response(flipped, turn(reference)).verdict.rule == "allow:required"
+
+
+def test_without_an_instruction_only_the_deny_rules_apply(guard: OutputGuard) -> None:
+    text = "Capital One will call you on Friday."
+    assert guard.check(text, VERIFIED).allowed
+    assert not guard.check(text, turn(COUNTER)).allowed

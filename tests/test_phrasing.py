@@ -7,11 +7,11 @@ from types import SimpleNamespace
 import pytest
 
 from agent.phrasing import Phrasing
-from agent.policy import ConversationPolicy, Templates
+from agent.policy import ConversationPolicy, Reply, Templates
 from agent.prompts import PromptSet
 from agent.scenarios import account_from
 
-PROMPTS = PromptSet.load("collections-v1")
+PROMPTS = PromptSet.load("collections-v2")
 ACCOUNT_DATA = re.compile(r"\$|acme|percent|month|1,200", re.I)
 
 
@@ -19,20 +19,22 @@ def phrasing(*lines: str, **account) -> Phrasing:
     policy = ConversationPolicy(
         account_from(account), Templates(PROMPTS.templates), dt.date(2026, 12, 2)
     )
-    policy.opening(PROMPTS.greeting.format(consumer_name=policy.account.consumer_name))
+    reply = policy.opening(PROMPTS.greeting.format(consumer_name=policy.account.consumer_name))
+    policy.played(reply, len(reply.texts))
     for line in lines:
-        policy.on_caller_turn(line)
+        reply = policy.on_caller_turn(line)
+        policy.played(reply, len(reply.texts))  # each reply heard to its end
     return Phrasing(policy, PROMPTS.turn)
 
 
 VERIFY = ("Yes, this is Jordan Smith.", "March fifth, nineteen eighty.")
 
 
-def test_before_verification_the_instruction_holds_nothing_about_the_debt():
+def test_before_verification_nothing_is_phrased_and_an_instruction_holds_nothing_of_the_debt():
     p = phrasing(VERIFY[0])
     reply = p.policy.on_caller_turn("Mmm, hold on, what?")
-    assert reply.phrase is not None  # "I didn't catch that" may be phrased
-    text = p.instruction("Mmm, hold on, what?", reply.phrase)
+    assert reply.phrase is None  # before verification every text is said verbatim
+    text = p.instruction("Mmm, hold on, what?", reply.texts[0])
     assert "not verified" in text and "nothing about any debt" in text
     assert not ACCOUNT_DATA.search(text)
     assert "record_promise" not in text and "transfer" in text
@@ -53,7 +55,7 @@ def test_the_request_replaces_the_caller_turn_and_offers_only_the_allowed_tools(
         {"role": "assistant", "content": "Am I speaking with Jordan Smith?"},
         {"role": "user", "content": "Uh, what?"},
     ]
-    reply = p.policy.on_caller_turn("Uh, what?")
+    reply = Reply(["Am I speaking with Jordan Smith?"], phrase="Am I speaking with Jordan Smith?")
     context = p.context(history, "Uh, what?", reply)
     messages = context.get_messages()
     assert messages[:2] == history[:2] and len(messages) == 3
@@ -73,7 +75,7 @@ async def test_a_tool_call_is_gated_by_the_policy_and_its_answer_is_spoken():
         p, request, amount=20, date="2026-12-10", method="check", monthly=True
     )
     assert result["allowed"] is False and run_llm is False  # no second LLM turn
-    assert p.policy.promise is None and "$50 a month" in spoken[0].texts[0]
+    assert p.policy.promise is None and "$100 a month" in spoken[0].texts[0]  # countered
     assert p.take_fallback() is None  # the tool's answer replaced the pending reply
 
 

@@ -23,8 +23,11 @@ from agent.predial import (
     InconvenientWindow,
     apply_signal,
     check,
+    consumer_time_zone,
     contact_ledger,
     counts_towards_caps,
+    record_call,
+    record_callback_consent,
     record_conversation,
     record_outcome,
     reserve_attempt,
@@ -662,3 +665,268 @@ def test_gate_on_the_sample_portfolio(db_engine: Engine) -> None:
         assert rule("ACME-0004", "+17185550144") == "D10"  # skip-traced
         assert rule("MEDI-9012", "+13125550123") == "ok"
         assert rule("ACME-0006", "+14045550188") == "D6"  # represented by an attorney
+
+
+# -- 1006.14(b)(3): the callback the consumer asked for ------------------------
+
+
+@dataclass(frozen=True)
+class Said:
+    """A policy event as ``record_call`` reads it (``agent.policy.PolicyEvent``)."""
+
+    kind: str
+    detail: dict[str, Any]
+    at: dt.datetime
+
+
+def at_work_call_me_after_six(engine: Engine, account: Account, *, party: str) -> list[str]:
+    """ "I'm at work, call me after six tonight" on Wednesday 2 December, 14:25 in New York."""
+    said = local(2026, 12, 2, 14, 25)
+    return record_call(
+        engine,
+        account.debt_id,
+        [
+            Said(
+                "signal",
+                {
+                    "kind": "inconvenient_time",
+                    "window": {"weekday": 2, "start": "09:00", "end": "18:00"},
+                },
+                said,
+            ),
+            Said("signal", {"kind": "workplace_forbids_calls"}, said),
+            Said(
+                "callback_requested",
+                {"date": "2026-12-02", "time": "18:00", "consented": True},
+                said,
+            ),
+        ],
+        party=party,
+        number=NYC_CELL,
+        ended_at=local(2026, 12, 2, 14, 30),
+    )
+
+
+def test_consented_callback_is_allowed_at_the_time_asked_despite_d2(db_engine: Engine) -> None:
+    account = open_account(
+        db_engine,
+        phones=[
+            (NYC_CELL, "personal", "creditor_provided"),
+            (NYC_WORK, "work", "creditor_provided"),
+        ],
+    )
+    assert at_work_call_me_after_six(db_engine, account, party="right_party") == []
+    with Session(db_engine) as session:
+        debt = session.get_one(Debt, account.debt_id)
+        assert debt.last_conversation_at == local(2026, 12, 2, 14, 30)  # D2 started
+        assert (debt.callback_from, debt.callback_until) == (
+            local(2026, 12, 2, 18),
+            local(2026, 12, 2, 20),
+        )
+    # Not before the time asked: D2 (the conversation at 14:30), lifting at 18:00.
+    early = ask(db_engine, account, local(2026, 12, 2, 17, 59))
+    assert (early.allowed, early.rule) == (False, "D2")
+    assert early.next_allowed_at == local(2026, 12, 2, 18)
+    assert "callback asked for opens" in early.reason
+    # At the time asked: allowed, and the attempt does not count towards D1.
+    on_time = reserve_attempt(
+        db_engine, DialRequest(account.debt_id, NYC_CELL, local(2026, 12, 2, 18))
+    )
+    assert (on_time.allowed, on_time.consented_callback) == (True, True), on_time
+    assert "1006.14(b)(3)" in on_time.reason
+    assert record_outcome(db_engine, on_time.attempt_id, "answered") is False
+    assert counted_attempts(db_engine, account) == 0
+    # The workplace forbids calls: not on the work number, callback or not (D5).
+    assert ask(db_engine, account, local(2026, 12, 2, 18, 30), NYC_WORK).rule == "D5"
+    # After the window (two hours), D2 again until day D+7.
+    late = ask(db_engine, account, local(2026, 12, 2, 20, 0))
+    assert (late.allowed, late.rule) == (False, "D2")
+    assert late.next_allowed_at == local(2026, 12, 9, 8)
+
+
+def test_consented_callback_is_used_up_by_the_conversation_it_brings(db_engine: Engine) -> None:
+    account = open_account(db_engine)
+    at_work_call_me_after_six(db_engine, account, party="right_party")
+    assert ask(db_engine, account, local(2026, 12, 2, 18, 5)).allowed
+    record_conversation(db_engine, account.debt_id, local(2026, 12, 2, 18, 10))
+    again = ask(db_engine, account, local(2026, 12, 2, 18, 30))
+    assert (again.allowed, again.rule) == (False, "D2")
+
+
+def test_consented_callback_keeps_every_other_rule(db_engine: Engine) -> None:
+    account = open_account(db_engine, state="MA")
+    record_call(
+        db_engine,
+        account.debt_id,
+        [Said("callback_requested", {"date": "2026-12-02", "time": "20:30", "consented": True}, T)],
+        party="right_party",
+        number=NYC_CELL,
+        ended_at=T,
+    )
+    add_attempts(db_engine, account, [T - DAY])
+    assert ask(db_engine, account, local(2026, 12, 2, 20, 45)).allowed
+    # D4: 21:00 is past the calling hours, inside the window or not.
+    assert ask(db_engine, account, local(2026, 12, 2, 21, 0)).rule == "D4"
+    # D8: Massachusetts counts the consented call too (no such exception in 940 CMR 7.04).
+    decision = reserve_attempt(
+        db_engine, DialRequest(account.debt_id, NYC_CELL, local(2026, 12, 2, 20, 40))
+    )
+    assert decision.consented_callback and counted_attempts(db_engine, account) == 1
+    assert ask(db_engine, account, local(2026, 12, 2, 20, 50)).rule == "D8"
+    # D7, D9 and the others are before the counts: a stop ends the callback too.
+    apply_signal(db_engine, account.debt_id, "stop_calling", at=T)
+    assert ask(db_engine, account, local(2026, 12, 2, 20, 45)).rule == "D7"
+
+
+def test_consented_callback_is_not_capped_by_d1_and_expires_after_seven_days(
+    db_engine: Engine,
+) -> None:
+    """ "Call me next Wednesday", asked at 10:00 on Wednesday 2 December: the consent
+    lasts until 10:00 on the 9th, not the whole of that day."""
+    account = open_account(db_engine)
+    add_attempts(db_engine, account, [local(2026, 12, 8, 8) + n * HOUR for n in range(7)])
+    window = record_callback_consent(
+        db_engine, account.debt_id, dt.date(2026, 12, 9), None, at=local(2026, 12, 2, 10)
+    )
+    assert window == (local(2026, 12, 9, 0), local(2026, 12, 9, 10))
+    inside = ask(db_engine, account, local(2026, 12, 9, 9, 30))
+    assert inside.allowed and inside.consented_callback, inside
+    assert "D1 not counted" in inside.reason
+    expired = ask(db_engine, account, local(2026, 12, 9, 10, 0))
+    assert (expired.allowed, expired.rule) == (False, "D1")
+    # A day asked for past the 7 days is no consent at all.
+    assert (
+        record_callback_consent(
+            db_engine, account.debt_id, dt.date(2026, 12, 10), None, at=local(2026, 12, 2, 10)
+        )
+        is None
+    )
+
+
+def test_only_the_consumer_can_consent_to_a_callback(db_engine: Engine) -> None:
+    account = open_account(db_engine)
+    at_work_call_me_after_six(db_engine, account, party="consumer_equivalent")
+    with Session(db_engine) as session:
+        debt = session.get_one(Debt, account.debt_id)
+        assert debt.callback_from is None
+        assert debt.last_conversation_at == local(2026, 12, 2, 14, 30)
+    assert ask(db_engine, account, local(2026, 12, 2, 18, 30)).rule == "D2"
+
+
+def test_callback_without_a_known_zone_is_no_consent(db_engine: Engine) -> None:
+    account = open_account(
+        db_engine,
+        time_zone="Mars/Olympus",
+        phones=[("+18005550100", "personal", "creditor_provided")],
+    )
+    assert (
+        record_callback_consent(db_engine, account.debt_id, dt.date(2026, 12, 2), dt.time(18), at=T)
+        is None
+    )
+
+
+# -- what a call tells the gate (record_call) ---------------------------------
+
+
+def test_inconvenient_time_and_workplace_from_the_call_are_recorded(db_engine: Engine) -> None:
+    account = open_account(
+        db_engine,
+        phones=[
+            (NYC_CELL, "personal", "creditor_provided"),
+            (NYC_WORK, "work", "creditor_provided"),
+        ],
+    )
+    at_work_call_me_after_six(db_engine, account, party="right_party")
+    with Session(db_engine) as session:
+        consumer = session.get_one(Consumer, account.consumer_id)
+        assert consumer.inconvenient == [{"weekday": 2, "start": "09:00", "end": "18:00"}]
+        assert consumer.workplace_forbids_calls
+    # The next Wednesday, past D2: 09:00-18:00 is inconvenient, so 18:00 on.
+    wednesday = ask(db_engine, account, local(2026, 12, 9, 10))
+    assert (wednesday.rule, wednesday.next_allowed_at) == ("D5", local(2026, 12, 9, 18))
+    assert ask(db_engine, account, local(2026, 12, 10, 10)).allowed  # a Thursday
+
+
+def test_signals_before_verification_reach_the_gate_without_a_conversation(
+    db_engine: Engine,
+) -> None:
+    """DOMAIN C8: bankruptcy, a dispute, "stop calling", whoever says them; no D2."""
+    account = open_account(db_engine, debts=2)
+    problems = record_call(
+        db_engine,
+        account.debt_id,
+        [
+            Said("signal", {"kind": "bankruptcy"}, T),
+            Said("signal", {"kind": "dispute", "partial": True}, T),
+            Said("signal", {"kind": "hardship"}, T),  # for a person, not the gate
+            Said("disposition", {"disposition": "bankruptcy"}, T),
+        ],
+        party="unverified",
+        number=NYC_CELL,
+        ended_at=T,
+    )
+    assert problems == []
+    with Session(db_engine) as session:
+        debts = session.scalars(select(Debt).order_by(Debt.id)).all()
+        assert [d.bankrupt for d in debts] == [True, True]
+        assert [d.disputed for d in debts] == [True, False]
+        assert debts[0].last_conversation_at is None
+    assert ask(db_engine, account, T + DAY).rule == "D9"
+
+
+def test_attorney_name_and_number_are_kept(db_engine: Engine) -> None:
+    account = open_account(db_engine, attorney_name="Pat Lawyer, Esq.")
+    apply_signal(db_engine, account.debt_id, "attorney", at=T)  # no name: the known one stays
+    record_call(
+        db_engine,
+        account.debt_id,
+        [
+            Said(
+                "signal",
+                {
+                    "kind": "attorney",
+                    "attorney_name": "Sam Counsel",
+                    "attorney_number": "617-555-0199",
+                },
+                T,
+            )
+        ],
+        party="attorney",
+        number=NYC_CELL,
+        ended_at=T,
+    )
+    decision = ask(db_engine, account, T + DAY)
+    assert decision.rule == "D6"
+    assert "Sam Counsel, tel. 617-555-0199" in decision.reason
+
+
+def test_an_unreadable_inconvenient_time_is_kept_and_denies(db_engine: Engine) -> None:
+    """A signal the gate cannot read is not dropped: D5 denies until a person reads it."""
+    account = open_account(db_engine)
+    problems = record_call(
+        db_engine,
+        account.debt_id,
+        [
+            Said("signal", {"kind": "inconvenient_time", "window": {"start": "evenings"}}, T),
+            Said("signal", {"kind": "wrong_number"}, T),
+        ],
+        party="wrong_number",
+        number=None,
+        ended_at=T,
+    )
+    assert len(problems) == 2 and "inconvenient_time" in problems[0], problems
+    decision = ask(db_engine, account, T + DAY)
+    assert (decision.rule, decision.next_allowed_at) == ("D5", None)
+
+
+def test_the_consumers_zone_is_the_address_then_the_area_code(db_engine: Engine) -> None:
+    open_account(db_engine, ref="C1")
+    open_account(
+        db_engine, ref="C2", time_zone="Nowhere/Town", phones=[(SEATTLE_CELL, "personal", None)]
+    )
+    with Session(db_engine) as session:
+        first, second = session.scalars(select(Consumer).order_by(Consumer.id)).all()
+        assert consumer_time_zone(first, SEATTLE_CELL) == "America/New_York"
+        assert consumer_time_zone(second, SEATTLE_CELL) == "America/Los_Angeles"
+        assert consumer_time_zone(second) is None
+        assert consumer_time_zone(second, "+18005550100") is None  # toll-free: no zone

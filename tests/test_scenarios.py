@@ -8,7 +8,7 @@ from agent.prompts import PromptSet
 from agent.scenarios import ScriptError, builtin_scenarios, converse, load_script, outcome_of
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
-PROMPTS = PromptSet.load("collections-v1")
+PROMPTS = PromptSet.load("collections-v2")
 
 
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))

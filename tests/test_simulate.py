@@ -47,7 +47,7 @@ async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db
     assert (call.party, call.disposition) == ("right_party", "callback_requested")
     assert call.verified_at is not None
     assert call.transport == "loopback" and call.scenario == "callback"
-    assert call.prompt_version == "collections-v1" and call.stt_model == "whisper-tiny.en"
+    assert call.prompt_version == "collections-v2" and call.stt_model == "whisper-tiny.en"
 
     completed = [t for t in call.turns if t.agent_text and not t.interrupted]
     assert len(completed) >= 3, [(t.user_text, t.agent_text) for t in call.turns]
@@ -156,3 +156,55 @@ async def test_phrase_mode_on_the_real_llm_leaves_the_outcome_to_the_policy(
     assert asked, "the LLM was never asked to phrase a reply"
     assert "phrasing deadline" not in caplog.text  # the LLM's answers were in time
     assert all(spoken), spoken  # every turn was answered, by the LLM or the policy
+
+
+async def test_a_script_about_a_portfolio_debt_reaches_the_gate(
+    cpu_models, db_url, db_engine, capsys
+):
+    """``debt:`` in a script: the call is about that debt, as its consumer calling in, and
+    the simulator prints what the gate says about the next attempt (docs/dialing.md)."""
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from agent.models import Debt
+    from agent.portfolio import import_portfolio
+    from agent.scenarios import load_script
+    from agent.simulate import print_call
+
+    data = Path(__file__).resolve().parent / "data"
+    import_portfolio(db_engine, data / "portfolio.csv")
+    scenario = load_script(data / "callback_on_portfolio_debt.yaml")
+    now = datetime(2026, 12, 2, 22, 25, tzinfo=UTC)  # Wednesday 14:25 in Seattle
+    async with AgentRuntime(settings_for(cpu_models, db_url)) as ctx:
+        sim = await simulate_call(ctx, scenario, clock=lambda: now)
+    print_call(sim)
+    out = capsys.readouterr().out
+    assert not sim.unmet_expectations(), (sim.unmet_expectations(), out)
+    assert "pre-dial gate on ACME-0002, asked at 2026-12-02 22:25 UTC:" in out
+    assert "next allowed: 2026-12-03 02:00 UTC" in out  # the callback, 18:00 in Seattle
+    with Session(db_engine) as session:
+        call = session.get(Call, sim.summary.call_id)
+        debt = session.scalar(select(Debt).where(Debt.account_ref == "ACME-0002"))
+        assert (call.debt_id, call.number) == (debt.id, "+12065550117")
+        assert debt.last_conversation_at == now and debt.callback_from is not None
+
+
+def test_simulate_refuses_a_script_whose_debt_is_not_in_the_database(cpu_models, tmp_path):
+    script = tmp_path / "nope.yaml"
+    script.write_text("debt: NOPE-1\ncaller:\n  - Hello?\n")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STT_URL": cpu_models.stt_url,
+        "LLM_URL": cpu_models.llm_url,
+        "TTS_URL": cpu_models.tts_url,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "simulate", "--script", str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "no debt 'NOPE-1' in the portfolio" in done.stdout

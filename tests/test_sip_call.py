@@ -70,7 +70,9 @@ def udp_to_port(port: int) -> Iterator[list[bytes]]:
 
 @pytest.mark.models
 async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(cpu_models, tmp_path):
-    sentence = "Yes, this is Jordan Smith speaking."
+    # A caller the portfolio does not know: the agent asks for the account holder (the
+    # demo account is the embedded default's only), then for a verifier.
+    sentence = "Yes, I am the account holder."
     (tmp_path / "sentence.ulaw").write_bytes(g711.encode("PCMU", speech_pcm(sentence, 8000)))
     db_url = f"sqlite:///{tmp_path / 'agent.db'}"
     caller_media = free_udp_port()
@@ -98,8 +100,8 @@ async def test_a_spoken_sip_call_reaches_the_transcript_and_the_agent_answers(cp
             said = " ".join(t.agent_text or "" for t in call.turns)
 
     assert transport == "sip" and end_reason == "caller_hung_up"
-    assert {"jordan", "smith"} <= set(heard), heard
-    assert "date of birth" in said, said  # the policy's answer to the identity
+    assert {"account", "holder"} <= set(heard), heard
+    assert "To protect your privacy" in said, said  # the policy's answer to the identity
     # The agent's voice came back as RTP: 20 ms mu-law packets, and not silence.
     audio = [p[12:] for p in agent_rtp if len(p) == 12 + 160 and p[1] & 0x7F == 0]
     assert len(audio) > 100, f"{len(agent_rtp)} packets, {len(audio)} of PCMU audio"

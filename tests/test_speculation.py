@@ -107,7 +107,11 @@ class Recorded(StreamingLLM):
 async def ahead_and_at_the_commit(ahead: str):
     """``ahead`` heard 0.05 s in, the turn committed with OFFER at 0.35 s; the model takes
     0.3 s to its first word, the phrasing deadline is 0.2 s."""
-    server_llm = Recorded("The lowest monthly amount is fifty dollars. ", first_s=0.3)
+    server_llm = Recorded(
+        "The least I can set up is $100 a month, for 12 months. ",
+        "Would that work for you?",
+        first_s=0.3,
+    )
     heard, phrasing, llm = await through_the_openai_service(
         server_llm, 0.2, (0.35, OFFER), wait_s=0.6, ahead=ahead
     )
@@ -121,12 +125,15 @@ async def test_the_committed_turn_takes_the_answer_already_under_way():
 
     assert len(asked) == 1  # one request, sent ahead
     assert (llm.prefetch_hits, llm.prefetch_misses) == (1, 0)
-    assert spoken == ["The lowest monthly amount is fifty dollars."]
+    assert spoken == [
+        "The least I can set up is $100 a month, for 12 months.",
+        "Would that work for you?",
+    ]
     assert not phrasing.expired
 
 
 async def test_a_turn_that_ends_otherwise_asks_again_and_drops_what_was_asked():
-    asked, spoken, llm, phrasing = await ahead_and_at_the_commit("I can do ten dollars.")
+    asked, spoken, llm, phrasing = await ahead_and_at_the_commit("I can do ten dollars a month.")
 
     assert len(asked) == 2 and "ten dollars" in asked[0] and "twenty dollars" in asked[1]
     assert (llm.prefetch_hits, llm.prefetch_misses) == (0, 1)

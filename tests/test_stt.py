@@ -38,7 +38,7 @@ from agent.policy import PolicyEvent
 from agent.prompts import PromptSet
 from agent.stt import STT_UNAVAILABLE, StreamingSTTService
 
-TEXTS = PromptSet.load("collections-v1").templates
+TEXTS = PromptSet.load("collections-v2").templates
 HOLD, RESUME, END = TEXTS["technical_hold"], TEXTS["technical_resume"], TEXTS["technical_end"]
 
 

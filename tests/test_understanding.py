@@ -282,8 +282,6 @@ C3_IDENTITY_YES = [
     "Yeah, you got him.",
     "Uh, yeah, this is Jordan.",
     "Yes, Jordan speaking.",
-    "This is Jordan Smith.",
-    "Jordan.",
     "It's me.",
 ]
 
@@ -292,6 +290,20 @@ C3_IDENTITY_YES = [
 def test_c3_identity_confirmed(text: str) -> None:
     got = intents(text, Expectation.IDENTITY)
     assert Intent.YES in got and Intent.NO not in got
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("This is Jordan Smith.", "Jordan Smith"),
+        ("Jordan.", "Jordan"),
+        ("Wait.", None),
+        ("Hmm.", None),
+    ],
+)
+def test_c3_a_name_alone_is_no_yes_the_policy_compares_it(text: str, name: str | None) -> None:
+    heard = understand(text, expecting=Expectation.IDENTITY)
+    assert Intent.YES not in heard.intents and heard.name == name
 
 
 @pytest.mark.parametrize("text", ["Speaking.", "This is she.", "Yes.", "That's me."])

@@ -376,7 +376,8 @@ def document(
                             "in": "query",
                             "required": False,
                             "description": "true: only calls with a compliance flag event "
-                            "(blocked_sentence, tool_denied, card_number_spoken)",
+                            "(blocked_sentence, tool_denied, card_number_spoken, "
+                            "card_number_interrupted)",
                             "schema": {"type": "boolean"},
                         },
                         _day_parameter(

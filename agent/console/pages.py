@@ -61,6 +61,9 @@ DISPOSITIONS = (
     "attorney",
     "wrong_number",
     "hung_up_before_verify",
+    "verification_failed",
+    "stop_calling",
+    "cease_requested",
     "voicemail_lcm_left",
     "voicemail_no_message",
 )
