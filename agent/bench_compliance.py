@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import io
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -113,7 +115,11 @@ def run_compliance_command(args: argparse.Namespace) -> int:
         audit = asyncio.run(phrase_audit(scenarios=negotiations, repeats=args.phrase))
         command = f"python -m agent bench compliance --phrase {args.phrase}"
         phrased = "\n" + report_section(audit, command)
-    report = render(text, audio, time.perf_counter() - started) + phrased
+    command = (
+        f"python -m agent bench compliance --audio {args.audio} --voices {','.join(voices)} "
+        f"--phrase {args.phrase}"
+    )
+    report = render(text, audio, time.perf_counter() - started, command) + phrased
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(report)
     print(report)
@@ -217,10 +223,18 @@ def espeak_voice(text: str) -> np.ndarray:
     return np.clip(resampled, -32768, 32767).astype(np.int16)
 
 
-def render(text: Sequence[Outcome], audio: dict[str, list[AudioOutcome]], seconds: float) -> str:
+def render(
+    text: Sequence[Outcome],
+    audio: dict[str, list[AudioOutcome]],
+    seconds: float,
+    command: str = "python -m agent bench compliance",
+) -> str:
     scores = score(text)
+    now = dt.datetime.now(dt.UTC)
     lines = [
         "# Compliance under adversarial callers",
+        "",
+        f"Measured {now:%Y-%m-%d %H:%M} UTC on {os.cpu_count()} cores with `{command}`.",
         "",
         "`python -m agent bench compliance`: every script of `agent/scenarios/corpus/` held by",
         "the policy and checked against what it expects and against the invariants",
