@@ -78,7 +78,15 @@ from pipecat.utils.string import match_endofsentence
 
 from agent.english import FOREIGN_WORDS, GENERIC_WORDS, STOP_WORDS, is_english, stem
 from agent.policy import Account
-from agent.understanding import NUMBER_PATTERN, find_money, parse_number, redact_card_numbers
+from agent.understanding import (
+    NUMBER_PATTERN,
+    ORDINAL_WORDS,
+    TENS_WORDS,
+    UNIT_WORDS,
+    find_money,
+    parse_number,
+    redact_card_numbers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -625,35 +633,9 @@ class Figure:
         return True
 
 
-_UNITS_W = {
-    w: i
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen "
-        "fourteen fifteen sixteen seventeen eighteen nineteen".split()
-    )
-}
-_TENS_W = {
-    w: 10 * i
-    for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)
-}
-_ORDINALS_W = {
-    **{
-        w: i
-        for i, w in enumerate(
-            "first second third fourth fifth sixth seventh eighth ninth tenth eleventh "
-            "twelfth thirteenth fourteenth fifteenth sixteenth seventeenth eighteenth "
-            "nineteenth".split(),
-            1,
-        )
-    },
-    **{
-        w: 10 * i
-        for i, w in enumerate(
-            "twentieth thirtieth fortieth fiftieth sixtieth seventieth eightieth ninetieth".split(),
-            2,
-        )
-    },
-}
+_UNITS_W = UNIT_WORDS
+_TENS_W = TENS_WORDS
+_ORDINALS_W = ORDINAL_WORDS
 _SCALES_W = {"hundred": 100, "thousand": 1_000, "million": 1_000_000}
 _FRACTIONS_W = {"half": ("percent", 50.0), "quarter": ("percent", 25.0), "dozen": ("number", 12)}
 _NUMBER_WORDS = frozenset([*_UNITS_W, *_TENS_W, *_ORDINALS_W, *_SCALES_W, *_FRACTIONS_W])

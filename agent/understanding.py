@@ -200,6 +200,10 @@ _ORD_TENS = {
     )
 }
 _SCALES = {"thousand": 1_000, "million": 1_000_000}
+#: The number words by value, for the output guard, which reads the agent's side.
+UNIT_WORDS = {**_UNITS, **_TEENS}  # zero .. nineteen
+TENS_WORDS = dict(_TENS)  # twenty .. ninety
+ORDINAL_WORDS = {**_ORD_UNITS, **_ORD_TEENS, **_ORD_TENS}  # first .. ninetieth
 
 # A run of spoken number words, for regexes elsewhere (the output guard's terms).
 NUMBER_PATTERN = (
