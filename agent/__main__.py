@@ -78,10 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     load.add_argument("file", type=Path, help="the CSV file")
 
-    from agent.console.cli import add_users_parser
+    from agent.console.cli import add_tokens_parser, add_users_parser
     from agent.demo import add_demo_parser
 
     add_users_parser(commands)
+    add_tokens_parser(commands)
     add_demo_parser(commands)
     dial = commands.add_parser(
         "dial",
@@ -228,26 +229,43 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from loguru import logger as pipecat_logger
+
+    pipecat_logger.remove()  # pipecat's import banner: stderr is for our lines (logs.configure)
     args = _parser().parse_args(argv)
     debug = args.verbose or os.environ.get("LOG_LEVEL", "").upper() == "DEBUG"
     try:
         logs.configure(debug=debug, fmt=os.environ.get("LOG_FORMAT", "text").lower())
     except ValueError as e:
-        print(f"configuration error: {e}", file=sys.stderr)
-        return 2
+        return _configuration_error(e)
     try:
         settings = Settings.from_env()
+        return _command(args, settings)
     except ConfigError as e:
-        print(f"configuration error: {e}", file=sys.stderr)
-        return 2
+        return _configuration_error(e)
 
+
+def _configuration_error(error: ValueError) -> int:
+    """A setting to fix (a bad value, a database that cannot be reached): one line on
+    stderr naming the variable, and exit status 2; a traceback would bury it."""
+    print(f"configuration error: {' '.join(str(error).split())}", file=sys.stderr)
+    return 2
+
+
+def _command(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the command; a ``ConfigError`` from it (at start) is ``main``'s to report."""
     if args.command == "serve":
         if args.workers < 1:
             print("--workers must be at least 1", file=sys.stderr)
             return 2
         if args.workers > 1:
             from agent import supervisor
+            from agent.runtime import load_assets
+            from agent.store import check_database
 
+            # Checked here once: a worker that exits on a setting would be restarted forever.
+            load_assets(settings)
+            check_database(settings.database_url)
             asyncio.run(supervisor.run(settings, args.workers, args.host, args.port))
             return 0
         from agent.server import serve
@@ -278,6 +296,10 @@ def main(argv: list[str] | None = None) -> int:
         from agent.console.cli import run_users_command
 
         return run_users_command(settings, args)
+    if args.command == "tokens":
+        from agent.console.cli import run_tokens_command
+
+        return run_tokens_command(settings, args)
     if args.command == "demo-data":
         from agent.demo import run_demo_command
 

@@ -86,7 +86,7 @@ from agent.models import (
 )
 from agent.quantiles import percentile
 from agent.records import FLAG_KINDS
-from agent.store import create_engine_for, normalise_url, upgrade
+from agent.store import check_database, create_engine_for, normalise_url, upgrade
 
 logger = logging.getLogger(__name__)
 
@@ -1109,6 +1109,7 @@ def run_calls_command(args: argparse.Namespace) -> tuple[int, str]:
     if args.calls < 100 or args.repetitions < 1:
         return 2, "--calls must be at least 100 and --repetitions at least 1"
     url = args.database_url or os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
+    check_database(url)  # a dead or unparsable URL: one line, exit 2 (agent.__main__)
     try:
         result = run_calls_bench(
             args.calls,

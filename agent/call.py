@@ -4,6 +4,11 @@ The pipeline is the same whatever carried the call (WebRTC, SIP, a loopback
 line): transport in -> VAD -> STT -> user context (end of turn) -> LLM -> TTS
 -> transport out -> assistant context. Barge-in is pipecat's: the caller's
 turn starting while the agent speaks interrupts the agent's audio.
+
+A call is held to its limits (``agent.limits``: a line that never connects, too long,
+too silent) so that none keeps its worker's slot, and its end is written step by step,
+each step on its own: a part that fails (the price, the recording, the gate) costs the
+record that part only.
 """
 
 from __future__ import annotations
@@ -11,19 +16,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, cast
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
 from pipecat.frames.frames import (
     AudioRawFrame,
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
     EndFrame,
+    ErrorFrame,
     Frame,
     InputAudioRawFrame,
     OutputAudioRawFrame,
     TTSSpeakFrame,
+    UserStartedSpeakingFrame,
+    UserStoppedSpeakingFrame,
+    VADUserStartedSpeakingFrame,
+    VADUserStoppedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -45,6 +61,7 @@ from sqlalchemy import Engine
 from agent.card_guard import CardGuard
 from agent.config import Settings
 from agent.dialogue import GuardProcessor, PolicyProcessor, SpeakFrame
+from agent.limits import NEVER_CONNECTED, Limits, LimitWatch
 from agent.llm import ChatCompletionsLLMService
 from agent.logs import CALL_ID
 from agent.phrasing import Phrasing
@@ -76,7 +93,30 @@ from agent.vad import create_vad_analyzer
 
 logger = logging.getLogger(__name__)
 
-#: The policy's signals that change what the pre-dial gate allows next time.
+T = TypeVar("T")
+
+#: An event: a part of the call's end could not be written (``step``, the error's type);
+#: the other parts were.
+END_STEP_FAILED = "end_step_failed"
+#: An event: the call could not be priced (the ``cost`` step); its end has no cost.
+COST_ERROR = "cost_error"
+#: An event: the line can no longer carry the call (a LiveKit room it could not join).
+LINE_FAILED = "line_failed"
+#: An event: a limit ended the call (``agent.limits``).
+CALL_LIMIT = "call_limit"
+#: The end reason of a call whose line failed once connected.
+LINE_LOST = "line_lost"
+#: How long a call ended at a limit may go on saying what is queued; then it is cut.
+END_GRACE_S = 5.0
+#: The frames that say a side started or stopped speaking, for the silence limit.
+SPEECH_FRAMES: dict[type[Frame], tuple[str, bool]] = {
+    VADUserStartedSpeakingFrame: ("caller", True),
+    UserStartedSpeakingFrame: ("caller", True),
+    VADUserStoppedSpeakingFrame: ("caller", False),
+    UserStoppedSpeakingFrame: ("caller", False),
+    BotStartedSpeakingFrame: ("agent", True),
+    BotStoppedSpeakingFrame: ("agent", False),
+}
 
 
 @dataclass(frozen=True)
@@ -118,7 +158,8 @@ class CallSummary:
 
 class DropAudio(FrameProcessor):
     """The end of the line for one kind of raw audio going downstream, where ``tap`` (the
-    recording, the last to want that audio) sees every downstream frame.
+    recording, the last to want that audio, and the silence limit) sees every downstream
+    frame.
 
     pipecat passes every frame on to the pipeline's end, so without it each of the 50
     audio frames a second would hop through every processor after the last one that reads
@@ -160,6 +201,7 @@ class Call:
         number: str | None = None,
         campaign: str | None = None,
         sample_rate: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.id = call_id or new_call_id()
         self._ctx = ctx
@@ -181,6 +223,11 @@ class Call:
         self._greeted = False
         self._router: RoutedTTSService | None = None
         self._recorder: CallRecorder | None = None
+        #: Monotonic seconds: the call's duration and its limits.
+        self._clock = clock
+        self._watch: LimitWatch | None = None
+        #: The transport's processors: an error that leaves one unusable ends the call.
+        self._line: tuple[FrameProcessor, ...] = ()
 
     def _build(self, turn_analyzer: SmartTurnAnalyzer) -> tuple[PipelineWorker, TurnLedger]:
         settings, models = self._ctx.settings, self._ctx.models
@@ -265,11 +312,17 @@ class Call:
         rate = self._sample_rate or settings.audio_in_sample_rate
         self._recorder = recorder_for(self.id, settings, self.policy, self._record_event, rate)
         recorder = self._recorder
-        heard = DropAudio(InputAudioRawFrame, recorder.tap("caller") if recorder else None)
-        said = DropAudio(OutputAudioRawFrame, recorder.tap("agent") if recorder else None)
+        heard = DropAudio(
+            InputAudioRawFrame, self._watching(recorder.tap("caller") if recorder else None)
+        )
+        said = DropAudio(
+            OutputAudioRawFrame, self._watching(recorder.tap("agent") if recorder else None)
+        )
+        line_in = self._transport.input()
+        self._line = (line_in, output)
         pipeline = Pipeline(
             [
-                self._transport.input(),
+                line_in,
                 vad,
                 stt,
                 cards,
@@ -308,7 +361,40 @@ class Call:
             idle_timeout_secs=None,
             conversation_id=self.id,
         )
+
+        @worker.event_handler("on_pipeline_error")
+        async def _on_pipeline_error(_worker: PipelineWorker, frame: ErrorFrame) -> None:
+            await self._line_failed(frame)
+
         return worker, ledger
+
+    def _watching(
+        self, tap: Callable[[Frame], Awaitable[None]] | None
+    ) -> Callable[[Frame], Awaitable[None]]:
+        """``tap``, after the silence limit has seen who is speaking."""
+
+        async def see(frame: Frame) -> None:
+            speech = SPEECH_FRAMES.get(type(frame))
+            if speech is not None and self._watch is not None:
+                self._watch.speaking(*speech)
+            if tap is not None:
+                await tap(frame)
+
+        return see
+
+    async def _line_failed(self, error: ErrorFrame) -> None:
+        """A transport that can no longer carry the call (a LiveKit room it could not join:
+        pipecat goes on without it) ends the call at once, rather than hold its slot."""
+        processor = error.processor
+        if processor is None or processor not in self._line or processor.is_usable:
+            return
+        if self._hung_up:
+            return
+        connected = self._watch is not None and self._watch.connected
+        cause = type(error.exception).__name__ if error.exception is not None else None
+        logger.warning("call %s: its line failed (%s); ending it", self.id, cause)
+        self._note(LINE_FAILED, {"error": cause, "connected": connected})
+        await self.cancel(LINE_LOST if connected else NEVER_CONNECTED)
 
     def _build_tts(self) -> StreamingTTSService:
         """The self-hosted TTS alone, or behind the router when a fallback is configured.
@@ -342,7 +428,10 @@ class Call:
         return self._router
 
     async def answer(self) -> None:
-        """Speak the fixed greeting (AI disclosure and recording notice) once."""
+        """Speak the fixed greeting (AI disclosure and recording notice) once. The line has
+        connected (every path answers once its peer is there): the connect timeout is off."""
+        if self._watch is not None:
+            self._watch.connect()
         if self._worker is None or self._greeted:
             return
         self._greeted = True
@@ -370,7 +459,6 @@ class Call:
         policy = self.policy
         if policy is None:
             return None
-        self._report_policy_events()
         promise = policy.promise if policy.promise and policy.promise.amount_cents > 0 else None
         return CallOutcome(
             party=policy.party,
@@ -402,9 +490,9 @@ class Call:
                 number=self.number,
                 ended_at=policy.clock(),
             )
-        except Exception:
+        except Exception as e:
             # The call's own record is already queued; the gate fails closed on its own.
-            logger.exception("call %s: could not update the pre-dial gate", self.id)
+            self._step_failed("gate", e)
             return
         for problem in problems:
             logger.error("call %s: the pre-dial gate did not take %s", self.id, problem)
@@ -423,12 +511,22 @@ class Call:
             if task is not None:
                 task.cancel()
             return None
-        except Exception:
-            logger.exception("call %s: its recording could not be stored", self.id)
+        except Exception as e:
+            self._step_failed("recording", e)
             return None
 
     def _record_event(self, event: PolicyEvent) -> None:
         self._ctx.writer.submit(CallEventRecord(self.id, event.at, event.kind, event.detail))
+
+    def _note(self, kind: str, detail: dict[str, Any]) -> None:
+        """An event of the call's own ending (a limit, a failed line or end step); never
+        raises, so that what comes next (ending the call, the next end step) happens."""
+        try:
+            self._ctx.writer.submit(CallEventRecord(self.id, datetime.now(UTC), kind, detail))
+        except Exception as e:  # the writer is gone: the log line is all there is
+            logger.error(
+                "call %s: its %s event was not queued: %s", self.id, kind, type(e).__name__
+            )
 
     def _on_stt_event(self, event: PolicyEvent) -> None:
         """The STT stream lost, back, or gone for good (then the STT ends the call)."""
@@ -436,19 +534,40 @@ class Call:
         if event.kind == STT_UNAVAILABLE:
             self._end_reason, self._hung_up = STT_UNAVAILABLE, True
 
+    def _ending(self, reason: str) -> None:
+        """The first reason given is why the call ended: the peer leaving once a limit
+        ended it, say, does not change it."""
+        if not self._hung_up:
+            self._end_reason, self._hung_up = reason, True
+
     async def hang_up(self, reason: str) -> None:
         """End the call gracefully: pending audio is flushed, then the pipeline stops."""
-        self._end_reason = reason
-        self._hung_up = True
+        self._ending(reason)
         if self._worker is not None:
             await self._worker.queue_frame(EndFrame())
 
     async def cancel(self, reason: str) -> None:
         """End the call now (the peer is gone)."""
-        self._end_reason = reason
-        self._hung_up = True
+        self._ending(reason)
         if self._worker is not None:
             await self._worker.cancel(reason=reason)
+
+    async def _keep_limits(self, watch: LimitWatch) -> None:
+        """End the call at the first limit it passes (``agent.limits``): at once when the
+        line never connected, else after what is queued has been said, if it is said
+        within ``END_GRACE_S``."""
+        while (limit := watch.passed()) is None:
+            watch.changed.clear()
+            with suppress(TimeoutError):
+                await asyncio.wait_for(watch.changed.wait(), watch.wait_s())
+        logger.info("call %s: %s, ending it", self.id, limit)
+        self._note(CALL_LIMIT, {"limit": limit})
+        if limit == NEVER_CONNECTED:
+            await self.cancel(limit)
+            return
+        await self.hang_up(limit)
+        await asyncio.sleep(END_GRACE_S)
+        await self.cancel(limit)
 
     async def run(self, on_started: Callable[[Call], object] | None = None) -> CallSummary:
         """Hold the call to its end; every line logged meanwhile names it (``agent.logs``)."""
@@ -462,9 +581,12 @@ class Call:
         ctx = self._ctx
         params = SmartTurnParams(stop_secs=ctx.settings.turn_fallback_secs)
         analyzer = SmartTurnAnalyzer(params=params)  # its model is the worker's one
+        settings = ctx.settings
+        limits = Limits(settings.connect_timeout_s, settings.max_call_s, settings.max_silence_s)
+        self._watch = LimitWatch(limits, self._clock)
         self._worker, ledger = self._build(analyzer)
         started_at = datetime.now(UTC)
-        t0 = time.monotonic()
+        t0 = self._clock()
         ctx.writer.submit(
             CallStarted(
                 call_id=self.id,
@@ -484,6 +606,7 @@ class Call:
         logger.info("call %s started over %s", self.id, self._transport_name)
         if on_started is not None:
             on_started(self)
+        keeper = asyncio.create_task(self._keep_limits(self._watch), name=f"limits-{self.id}")
         try:
             runner = WorkerRunner(handle_sigint=False)
             await runner.add_workers(self._worker)
@@ -498,36 +621,68 @@ class Call:
             logger.exception("call %s failed", self.id)
             raise
         finally:
-            ledger.close()
-            duration = time.monotonic() - t0
-            usage = CallUsage(
-                transport=self._transport_name,
+            keeper.cancel()  # not awaited: a cancel while awaiting it would skip the end
+            summary = await self._write_end(ledger, self._clock() - t0)
+        return summary
+
+    async def _write_end(self, ledger: TurnLedger, duration: float) -> CallSummary:
+        """Write the call's end down: its last turn, the policy's events, its cost, its
+        recording, its end and outcome, then the gate's update. Each step stands alone:
+        one that fails is logged and noted on the call (``end_step_failed``, or
+        ``cost_error`` for the cost), and the others are written all the same."""
+        self._step("turns", ledger.close)
+        self._step("events", self._report_policy_events)
+        cost = self._step("cost", partial(self._price, ledger, duration))
+        recording_uri = await self._store_recording()
+        outcome = self._step("outcome", self._outcome)
+
+        def end() -> None:
+            ended = CallEnded(
+                call_id=self.id,
+                ended_at=datetime.now(UTC),
                 duration_s=duration,
-                stt_audio_s=ledger.totals.stt_audio_s,
-                llm_prompt_tokens=ledger.totals.llm_prompt_tokens,
-                llm_completion_tokens=ledger.totals.llm_completion_tokens,
-                tts_characters=ledger.totals.tts_characters,
-                fallback_tts_characters=self._router.fallback_characters if self._router else 0,
+                end_reason=self._end_reason,
+                cost=cost,
+                outcome=outcome,
+                recording_uri=recording_uri,
             )
-            cost = price_call(ctx.price_book, ctx.settings.price_profile, usage)
-            recording_uri = await self._store_recording()
-            ctx.writer.submit(
-                CallEnded(
-                    call_id=self.id,
-                    ended_at=datetime.now(UTC),
-                    duration_s=duration,
-                    end_reason=self._end_reason,
-                    cost=cost,
-                    outcome=self._outcome(),
-                    recording_uri=recording_uri,
-                )
-            )
-            await self._tell_the_gate()
-            logger.info(
-                "call %s ended (%s) after %.1f s, $%.4f/min",
-                self.id,
-                self._end_reason,
-                duration,
-                cost.per_minute_usd or 0.0,
-            )
+            self._ctx.writer.submit(ended)
+
+        self._step("end", end)
+        await self._tell_the_gate()
+        priced = f"${cost.per_minute_usd or 0.0:.4f}/min" if cost is not None else "not priced"
+        logger.info(
+            "call %s ended (%s) after %.1f s, %s", self.id, self._end_reason, duration, priced
+        )
         return CallSummary(self.id, duration, self._end_reason, list(ledger.records), cost)
+
+    def _price(self, ledger: TurnLedger, duration: float) -> CallCost:
+        usage = CallUsage(
+            transport=self._transport_name,
+            duration_s=duration,
+            stt_audio_s=ledger.totals.stt_audio_s,
+            llm_prompt_tokens=ledger.totals.llm_prompt_tokens,
+            llm_completion_tokens=ledger.totals.llm_completion_tokens,
+            tts_characters=ledger.totals.tts_characters,
+            fallback_tts_characters=self._router.fallback_characters if self._router else 0,
+        )
+        return price_call(self._ctx.price_book, self._ctx.settings.price_profile, usage)
+
+    def _step(self, step: str, action: Callable[[], T]) -> T | None:
+        """One step of the call's end; None when it failed (``_step_failed``)."""
+        try:
+            return action()
+        except Exception as e:
+            self._step_failed(step, e)
+            return None
+
+    def _step_failed(self, step: str, error: Exception) -> None:
+        """Log a failed end step by its error's type and where it was raised, never by its
+        message (which may quote a record or what was said), and note it on the call."""
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        cause = type(error).__name__
+        logger.error("call %s: its end step %r failed: %s%s", self.id, step, cause, where)
+        self._note(
+            COST_ERROR if step == "cost" else END_STEP_FAILED, {"step": step, "error": cause}
+        )

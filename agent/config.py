@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -29,6 +30,27 @@ LLM_MODES = ("templates", "phrase")
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names the variable."""
+
+
+#: Words that make a setting's value a secret (``twilio_auth_token``, ``sip_credentials``):
+#: its repr shows whether it is set, never what it is.
+SECRET_WORDS = frozenset({"key", "secret", "token", "password", "credentials", "auth"})
+#: ``scheme://user:password@`` (or ``sip:user:password@``): everything up to the last ``@``
+#: is taken as the password, so that one with an unescaped ``@`` or ``/`` is hidden too.
+_URL_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*:(?://)?[^:@/]*):.*@", re.IGNORECASE | re.DOTALL)
+#: A query parameter that carries a secret (libpq's ``?password=``, an ``?api_key=``).
+_QUERY_SECRET = re.compile(r"([?&][^=&#]*(?:key|secret|token|password)[^=&#]*=)[^&#]*", re.I)
+
+
+def hide_password(url: str) -> str:
+    """``url`` as logs and the terminal may show it: its password and secret query
+    parameters replaced by ``***``."""
+    return _QUERY_SECRET.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", url, count=1))
+
+
+def is_secret(name: str) -> bool:
+    """Whether the setting ``name`` holds a secret, by the words of its name."""
+    return not SECRET_WORDS.isdisjoint(name.split("_"))
 
 
 def _float(env: dict[str, str], name: str, default: float) -> float:
@@ -161,7 +183,7 @@ def _recording(env: dict[str, str], database_url: str, data_dir: Path) -> dict[s
         try:
             url = make_url(database_url)
             database = url.database if url.get_backend_name() == "sqlite" else None
-        except ArgumentError:  # reported where the database is opened
+        except (ArgumentError, ValueError):  # reported where the database is opened
             database = None
         beside = Path(database).parent if database and database != ":memory:" else data_dir
         store = str(beside / "recordings")
@@ -183,9 +205,9 @@ def _recording(env: dict[str, str], database_url: str, data_dir: Path) -> dict[s
     return {"recording_store": store, "s3_endpoint_url": endpoint}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Settings:
-    """What one agent process is configured with."""
+    """What one agent process is configured with; its repr hides the secrets (``__repr__``)."""
 
     host: str = "127.0.0.1"
     port: int = 8080
@@ -220,7 +242,7 @@ class Settings:
     # The TTS router's fallback (agent/tts_router.py); "none": the primary alone, no router.
     tts_fallback: str = "none"
     tts_fallback_url: str = "wss://api.cartesia.ai/tts/websocket"
-    tts_fallback_api_key: str | None = field(default=None, repr=False)
+    tts_fallback_api_key: str | None = None
     tts_fallback_voice: str | None = None
     tts_fallback_model: str = "sonic-3.6"
     tts_fallback_deadline_ms: int = 200
@@ -231,6 +253,8 @@ class Settings:
     twilio_account_sid: str | None = None
     twilio_auth_token: str | None = None
     telnyx_api_key: str | None = None
+    #: Verifies Telnyx's webhook signatures (base64 Ed25519, from the Telnyx portal).
+    telnyx_public_key: str | None = None
     carrier_hang_up: bool = True
     livekit_url: str | None = None
     livekit_api_key: str | None = None
@@ -246,19 +270,30 @@ class Settings:
     #: The most calls this worker carries at once; more are refused (SIP 503, HTTP 503)
     #: so the edge sends them to another worker. The embedded CPU models serve about one.
     max_calls: int = 4
+    #: The call page (``/api/offer``): calls at once from one address, and in all, so that
+    #: anyone on the web cannot take the slots that callers need.
+    call_page_calls_per_address: int = 2
+    call_page_max_calls: int = 2
     #: On SIGTERM (or ``POST /drain``): how long calls in progress may go on before they
     #: are ended; the orchestrator's grace period must be longer.
     drain_timeout_s: float = 300.0
+    # A call's limits (agent/limits.py): each frees the call's slot and ends its record.
+    #: A line that does not connect in this long ends the call (``never_connected``).
+    connect_timeout_s: float = 10.0
+    #: The longest a call may last (``max_duration``); collections calls take minutes.
+    max_call_s: float = 1800.0
+    #: So long with neither side speaking ends the call (``silence``).
+    max_silence_s: float = 60.0
     # The SIP endpoint (telephony/sip/): off when sip_port is None.
     sip_host: str = "127.0.0.1"
     sip_port: int | None = None
     #: Sources that may call without a digest challenge (a trunk's or PBX's addresses).
     sip_allow: tuple[str, ...] = ()
     #: user -> password of the callers that may answer our digest challenge.
-    sip_credentials: dict[str, str] = field(default_factory=dict, repr=False)
+    sip_credentials: dict[str, str] = field(default_factory=dict)
     #: Where outbound calls go (the trunk), and our credentials for its challenges.
     sip_trunk: str | None = None
-    sip_trunk_auth: tuple[str, str] | None = field(default=None, repr=False)
+    sip_trunk_auth: tuple[str, str] | None = None
     #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
     transfer_target: str | None = None
     #: Where call recordings go (agent/recording.py): a directory or s3://bucket/prefix;
@@ -266,6 +301,19 @@ class Settings:
     recording_store: str | None = "data/recordings"
     #: An S3-compatible store's endpoint (MinIO, Ceph, R2); None: AWS S3 itself.
     s3_endpoint_url: str | None = None
+
+    def __repr__(self) -> str:
+        """Every setting, with each secret as ``'***'`` when set and each URL's password
+        hidden: a repr ends up in logs and in tracebacks."""
+        shown = []
+        for setting in fields(self):
+            value = getattr(self, setting.name)
+            if value and is_secret(setting.name):
+                value = "***"
+            elif isinstance(value, str):
+                value = hide_password(value)
+            shown.append(f"{setting.name}={value!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
 
     @property
     def embedded_models(self) -> bool:
@@ -327,11 +375,17 @@ class Settings:
             twilio_account_sid=env.get("TWILIO_ACCOUNT_SID") or None,
             twilio_auth_token=env.get("TWILIO_AUTH_TOKEN") or None,
             telnyx_api_key=env.get("TELNYX_API_KEY") or None,
+            telnyx_public_key=env.get("TELNYX_PUBLIC_KEY") or None,
             carrier_hang_up=_bool(env, "CARRIER_HANG_UP", True),
             trust_forwarded_for=_bool(env, "TRUST_FORWARDED_FOR", False),
             worker_id=(env.get("WORKER_ID") or socket.gethostname())[:64],
             max_calls=_positive(env, "MAX_CALLS", 4),
+            call_page_calls_per_address=_positive(env, "CALL_PAGE_CALLS_PER_ADDRESS", 2),
+            call_page_max_calls=_positive(env, "CALL_PAGE_MAX_CALLS", 2),
             drain_timeout_s=_float(env, "DRAIN_TIMEOUT_S", 300.0),
+            connect_timeout_s=_seconds(env, "CONNECT_TIMEOUT_S", 10.0),
+            max_call_s=_seconds(env, "MAX_CALL_S", 1800.0),
+            max_silence_s=_seconds(env, "MAX_SILENCE_S", 60.0),
             livekit_url=env.get("LIVEKIT_URL") or None,
             livekit_api_key=env.get("LIVEKIT_API_KEY") or None,
             livekit_api_secret=env.get("LIVEKIT_API_SECRET") or None,

@@ -1375,8 +1375,10 @@ class _Generator:
         outcome = made.ended.outcome
         report.dispositions[(outcome.disposition if outcome else None) or "none"] += 1
         report.minutes += made.ended.duration_s / 60
-        report.cost_usd += made.ended.cost.total_usd
-        report.price_book = made.ended.cost.price_book_version
+        cost = made.ended.cost
+        if cost is not None:  # unpriced only when pricing failed (a cost_error event says so)
+            report.cost_usd += cost.total_usd
+            report.price_book = cost.price_book_version
         for kind in {e.kind for e in made.events} & set(FLAG_KINDS):
             report.flagged[kind] += 1
         for turn in made.turns:

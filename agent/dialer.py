@@ -3,9 +3,10 @@
 Every entry asks the pre-dial gate first (``agent.predial.reserve_attempt``): a
 denial is reported with its rule and never dialed; an allowed entry holds a
 counted attempt, is dialed at ``sip:{number}@{trunk}``, and its outcome is
-recorded on that attempt (D3 decides which outcomes count). An answered call
-is handed to the caller's ``converse`` with the debt's own account, and a
-conversation that reached a voicemail box is recorded as voicemail.
+recorded on that attempt (D3 decides which outcomes count; a trunk that answered
+nothing at all placed no call, and its ``failed`` attempt does not count). An
+answered call is handed to the caller's ``converse`` with the debt's own account,
+and a conversation that reached a voicemail box is recorded as voicemail.
 
 Dials are paced (at most ``rate_per_s`` a second, evenly spaced) and bounded
 (``concurrency`` entries in flight). The gate judges each call at the moment
@@ -52,7 +53,8 @@ DEFAULT_RING_TIMEOUT_S = 30.0
 
 #: An entry the gate refused: not dialed, nothing recorded.
 DENIED = "denied"
-#: Dialed, but the trunk or the network failed the call; it counts (the gate fails closed).
+#: Dialed, but the trunk or the network failed the call. It counts (the gate fails closed)
+#: unless the trunk answered nothing at all: then no phone rang (``DialResult.reached``).
 FAILED = AttemptOutcome.FAILED.value
 
 #: Final statuses that say the number does not exist (any more): not counted (D3).
@@ -433,7 +435,12 @@ class Dialer:
         outcome = _outcome(result, conversation)
         try:
             await asyncio.to_thread(
-                record_outcome, self._engine, decision.attempt_id, outcome, conversation.call_id
+                record_outcome,
+                self._engine,
+                decision.attempt_id,
+                outcome,
+                conversation.call_id,
+                reached=result.reached,
             )
         except Exception:
             # The attempt stays ``dialing``, which counts: the gate errs on the safe side.

@@ -10,7 +10,10 @@ page adds its stage and last line to the database's rows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,13 +30,15 @@ class LiveCall:
     """A call in progress as the pages see it: transcript lines and their listeners."""
 
     call: Call
-    lines: list[dict[str, str]] = field(default_factory=list)
+    lines: list[dict[str, str]] = field(default_factory=list, repr=False)
     listeners: set[asyncio.Queue[dict[str, str] | None]] = field(default_factory=set)
     task: asyncio.Task[Any] | None = None
     #: What the caller's own page shows to follow its live transcript without a login.
-    caller_token: str = field(default_factory=lambda: secrets.token_urlsafe(16))
+    caller_token: str = field(default_factory=lambda: secrets.token_urlsafe(16), repr=False)
     #: The call has ended (its task may still be writing its record).
     finished: bool = False
+    #: The address that started it from the call page; None for calls from elsewhere.
+    page_address: str | None = None
 
     def publish(self, speaker: str, text: str) -> None:
         line = {"speaker": speaker, "text": text}
@@ -62,6 +67,7 @@ class LiveCalls:
         self.draining = False
         self._deadline: float | None = None
         self._changed = asyncio.Event()
+        self._page_offers: Counter[str] = Counter()
 
     @property
     def active(self) -> int:
@@ -111,6 +117,27 @@ class LiveCalls:
             asyncio.get_running_loop().call_later(
                 self._keep_ended_s, self._calls.pop, call_id, None
             )
+
+    def page_calls(self, address: str | None = None) -> int:
+        """Call-page calls from ``address`` (or from anyone): in progress, or being answered."""
+        live = sum(
+            call.page_address is not None and address in (None, call.page_address)
+            for call in self.in_progress()
+        )
+        answering = self._page_offers.total() if address is None else self._page_offers[address]
+        return live + answering
+
+    @contextlib.contextmanager
+    def page_offer(self, address: str) -> Iterator[None]:
+        """Count an offer from ``address`` while it is answered, so that offers sent together
+        cannot all pass the limits before the first call is registered."""
+        self._page_offers[address] += 1
+        try:
+            yield
+        finally:
+            self._page_offers[address] -= 1
+            if not self._page_offers[address]:
+                del self._page_offers[address]
 
     def in_progress(self) -> list[LiveCall]:
         return [live for live in self._calls.values() if not live.finished]

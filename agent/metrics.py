@@ -13,7 +13,8 @@ The histograms and counters are fed by ``observe_call(app, summary)`` with the
 server's call task. They count from this process's start (Prometheus' own
 convention: ``rate()`` copes with restarts); the durable record is the database
 and the dashboard. Each app has its own registry, so tests and several apps in
-one process do not meet. See docs/dashboard.md.
+one process do not meet. Served to the worker's own host, or to a scraper with a
+``metrics:read`` API token. See docs/dashboard.md and docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from agent.access import Loopback, guard
+from agent.console.tokens import Token
 from agent.live import CALLS
 
 if TYPE_CHECKING:
@@ -114,7 +117,10 @@ def observe_call(app: web.Application, summary: CallSummary) -> None:
         metrics.observe(summary)
 
 
+@guard(Token("metrics:read"), Loopback())
 async def _metrics(request: web.Request) -> web.Response:
+    """For a scraper on the worker's host, or one with a ``metrics:read`` API token
+    (docs/deploy.md): call volume and cost per component are the business's figures."""
     response = web.Response(body=request.app[METRICS].exposition())
     response.headers["Content-Type"] = CONTENT_TYPE_LATEST
     response.headers["Cache-Control"] = "no-store"

@@ -571,14 +571,78 @@ class AuditEntry(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     at: Mapped[dt.datetime]
-    #: None for the command line (``python -m agent users ...``).
+    #: None for the command line (``python -m agent users ...``) and failed logins.
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), index=True)
     #: ``view_call``, ``login``, ``logout``, ``user_add``, ...
     action: Mapped[str] = mapped_column(String(64))
     object_id: Mapped[str | None] = mapped_column(String(64))
+    #: The client's address; ``cli`` for the command line.
     ip: Mapped[str | None] = mapped_column(String(45))
+    #: What the action and object leave out: the role granted, the range read, why a login
+    #: failed.
+    detail: Mapped[str | None] = mapped_column(String(255))
 
     __table_args__ = (Index("ix_audit_log_object_id_at", "object_id", "at"),)
 
     def __repr__(self) -> str:
         return f"<AuditEntry {self.id} {self.action} {self.object_id} by {self.user_id}>"
+
+
+class ApiToken(Base):
+    """A machine client's API token (``agent.console.tokens``). Only its SHA-256 is kept,
+    as for sessions; revoked, never deleted, so the audit log keeps pointing at it."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    #: What uses it, for people: "ci-dialer", "prometheus".
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    #: Space-separated, as OAuth writes them: ``campaigns:read metrics:read``.
+    scopes: Mapped[str] = mapped_column(String(255))
+    #: The admin who made it; None: the command line.
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"))
+    created_at: Mapped[dt.datetime]
+    #: To the minute (``tokens.TOUCH_EVERY``), not to the request.
+    last_used_at: Mapped[dt.datetime | None]
+    revoked_at: Mapped[dt.datetime | None]
+
+    def __repr__(self) -> str:
+        return f"<ApiToken {self.id} {self.name}{' revoked' if self.revoked_at else ''}>"
+
+
+# -- the carriers' webhooks ---------------------------------------------------
+
+
+class MediaStreamToken(Base):
+    """A media stream a signed voice webhook announced (``telephony.carrier_auth``), until
+    its socket spends it: in the database, so any worker or pod may take the socket. Only
+    the token's SHA-256 is kept, as for sessions."""
+
+    __tablename__ = "media_tokens"
+
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: ``twilio`` or ``telnyx``: the token is good only on that carrier's route.
+    carrier: Mapped[str] = mapped_column(String(16))
+    #: The webhook's ``From`` and ``To`` as the carrier signed them (E.164, or a SIP URI).
+    remote_number: Mapped[str | None] = mapped_column(Text)
+    local_number: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+    def __repr__(self) -> str:
+        return f"<MediaStreamToken {self.carrier} until {self.expires_at.isoformat()}>"
+
+
+class SeenWebhook(Base):
+    """A signed carrier webhook already taken, remembered for the replay window so that a
+    copy is refused by whichever worker or pod it reaches."""
+
+    __tablename__ = "seen_webhooks"
+
+    carrier: Mapped[str] = mapped_column(String(16), primary_key=True)
+    #: The SHA-256 of what the carrier signed.
+    signed_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[dt.datetime] = mapped_column(index=True)
+
+    def __repr__(self) -> str:
+        return f"<SeenWebhook {self.carrier} until {self.expires_at.isoformat()}>"

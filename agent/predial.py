@@ -947,18 +947,25 @@ def counts_towards_caps(outcome: AttemptOutcome | str) -> bool:
 
 
 def record_outcome(
-    engine: Engine, attempt_id: int, outcome: AttemptOutcome | str, call_id: str | None = None
+    engine: Engine,
+    attempt_id: int,
+    outcome: AttemptOutcome | str,
+    call_id: str | None = None,
+    *,
+    reached: bool = True,
 ) -> bool:
     """Set a reserved attempt's outcome, and whether it counts (D3); return that.
 
-    A consented callback's attempt never counts towards D1, whatever its outcome.
+    A consented callback's attempt never counts towards D1, whatever its outcome; nor
+    does a call that never ``reached`` the trunk (it answered nothing, not even 100
+    Trying): no phone rang.
     """
     outcome = AttemptOutcome(outcome)
     values: dict[str, object] = {
         "outcome": outcome.value,
         "counts": case(
             (ContactAttempt.consented.is_(True), false()),
-            else_=literal(counts_towards_caps(outcome)),
+            else_=literal(reached and counts_towards_caps(outcome)),
         ),
     }
     if call_id is not None:

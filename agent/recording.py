@@ -117,9 +117,11 @@ from agent.config import Settings
 from agent.console.audit import audit
 from agent.console.auth import require_role
 from agent.console.context import ENGINE
+from agent.console.query import QueryError, segment
 from agent.models import Call as CallRow
 from agent.models import Role
 from agent.policy import ConversationPolicy, PolicyEvent, Stage
+from agent.records import CALL_ID_LENGTH
 
 logger = logging.getLogger(__name__)
 
@@ -843,16 +845,21 @@ def _recording_uri(engine: Engine, call_id: str) -> str | None:
 
 @require_role(Role.OPERATOR, Role.OWNER)
 async def play_recording(request: web.Request) -> web.StreamResponse:
-    """``GET /api/calls/{call_id}/recording``: the call's WAV, with range requests."""
-    call_id = request.match_info["call_id"]
+    """``GET /api/calls/{call_id}/recording``: the call's WAV, with range requests.
+
+    Every request that reaches the store is audited, with the range it asked for: which
+    range reads the whole file is the store's reading of the header (``bytes=00-``,
+    ``bytes=-999999999``), not something to guess here. A player that seeks leaves
+    several entries for one playing."""
+    try:
+        call_id = segment(request.match_info, "call_id", CALL_ID_LENGTH)
+    except QueryError as exc:
+        return _error(400, str(exc))
     uri = await asyncio.to_thread(_recording_uri, request.app[ENGINE], call_id)
     if uri is None:
         return _error(404, f"no recording of call {call_id!r}")
     store = store_for_uri(uri, request.app[SETTINGS])
-    # A player asks for the file in several ranges as it plays and seeks: one playing is
-    # one entry, at its start (no range, or one from the first byte).
-    if request.headers.get(hdrs.RANGE, "bytes=0-").replace(" ", "").startswith("bytes=0-"):
-        await audit(request, "play_recording", call_id)
+    await audit(request, "play_recording", call_id, request.headers.get(hdrs.RANGE))
     return await store.respond(request, uri)
 
 

@@ -21,6 +21,9 @@ FLAG_KINDS = ("blocked_sentence", "tool_denied", "card_number_spoken", "card_num
 #: A call id is a uuid4 in hex (the ``calls.id`` column is 32 characters).
 CALL_ID_LENGTH = 32
 DIRECTIONS = ("inbound", "outbound")
+#: Every path a call can arrive by (``telephony.line.CallInfo.path``, a call's
+#: ``transport_name``); the price book must have a rate for each (``infra/pricebook.toml``).
+TRANSPORTS = ("webrtc", "sip", "twilio", "telnyx", "livekit", "loopback")
 
 
 def new_call_id() -> str:
@@ -52,8 +55,8 @@ class CallStarted:
         _check_call_id(self.call_id)
         if self.direction not in DIRECTIONS:
             raise ValueError(f"direction must be one of {DIRECTIONS}, got {self.direction!r}")
-        if not self.transport:
-            raise ValueError("transport must not be empty")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {self.transport!r}")
         _check_aware("started_at", self.started_at)
 
 
@@ -120,7 +123,9 @@ class CallEnded:
     ended_at: dt.datetime
     duration_s: float
     end_reason: str | None
-    cost: CallCost
+    #: None: the call could not be priced (its ``cost_error`` event says why); the rest of
+    #: its end is written all the same.
+    cost: CallCost | None
     outcome: CallOutcome | None = None
     #: Where the call's recording was stored (``agent.recording``); None: not recorded.
     recording_uri: str | None = None

@@ -20,7 +20,7 @@ import aiohttp
 
 from agent import smart_turn
 from agent.call import CallContext, ModelEndpoints
-from agent.config import Settings
+from agent.config import ConfigError, Settings, hide_password
 from agent.pricebook import PriceBook
 from agent.prompts import PromptSet
 from agent.sessions import ServiceSessions
@@ -46,8 +46,27 @@ async def _describe(session: aiohttp.ClientSession, url: str, key: str) -> str |
                 value = (await r.json()).get(key)
                 return str(value) if value is not None else None
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:
-        logger.warning("could not read %s from %s: %s", key, health_url(url), e)
+        logger.warning("could not read %s from %s: %s", key, hide_password(health_url(url)), e)
     return None
+
+
+def load_assets(settings: Settings) -> tuple[PromptSet, PriceBook]:
+    """The prompts and the price book the settings name, the price profile checked: a
+    ``ConfigError`` naming the variable now rather than a failed price at the first call's end.
+    """
+    try:
+        prompts = PromptSet.load(settings.prompt_version)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"PROMPT_VERSION: {exc}") from exc
+    try:
+        price_book = PriceBook.load(settings.price_book)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"PRICE_BOOK: {exc}") from exc
+    try:
+        price_book.profile(settings.price_profile)
+    except ValueError as exc:
+        raise ConfigError(f"PRICE_PROFILE: {exc}") from exc
+    return prompts, price_book
 
 
 class AgentRuntime:
@@ -68,10 +87,7 @@ class AgentRuntime:
             raise
 
     async def _start(self, settings: Settings) -> CallContext:
-        prompts = PromptSet.load(settings.prompt_version)
-        price_book = PriceBook.load(settings.price_book)
-        price_book.profile(settings.price_profile)  # fail now on an unknown profile
-
+        prompts, price_book = load_assets(settings)
         await asyncio.to_thread(upgrade, settings.database_url)
         engine = create_engine_for(settings.database_url)
         self._stack.callback(engine.dispose)
@@ -100,7 +116,7 @@ class AgentRuntime:
         stt_model = await _describe(sessions.session("stt"), urls[0], "model")
         tts_voice = await _describe(sessions.session("tts"), urls[2], "voice")
         models = ModelEndpoints(*urls, stt_model=stt_model, tts_voice=tts_voice)
-        logger.info("models: STT %s, LLM %s, TTS %s", *urls)
+        logger.info("models: STT %s, LLM %s, TTS %s", *map(hide_password, urls))
         # The end-of-turn model's process, loaded before the first call waits for it.
         await asyncio.to_thread(smart_turn.warm_up, settings.audio_in_sample_rate)
         if settings.sip_port is not None or settings.sip_trunk:

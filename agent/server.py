@@ -9,10 +9,14 @@ Routes:
     GET  /ready, POST /drain             readiness with capacity; stop taking calls
     GET  /health                         liveness
     POST /voice/{twilio|telnyx}          the carrier's voice webhook: TwiML/TeXML to stream
-    GET  /media/{twilio|telnyx}          the carrier's media-stream websocket (docs/carriers.md)
+    GET  /media/{twilio|telnyx}/{token}  the carrier's media-stream websocket (docs/carriers.md)
     POST /api/livekit/dispatch           {room}: the agent joins that LiveKit room
     POST /api/campaigns                  a campaign CSV: dial it through SIP_TRUNK (docs/dialing.md)
     GET  /api/campaigns/{id}             the campaign's attempts so far and its tallies
+
+Each route declares who may use it (``agent.access``: anyone, the caller's own call token,
+a console role with CSRF, an API token's scope, a carrier's signature, the worker's own
+host), and the app refuses to start with a route that declares no one.
 
 With ``SIP_PORT`` set, the server also answers SIP calls on that UDP port
 (``telephony/sip/``), and its calls are served exactly like the others.
@@ -21,6 +25,8 @@ With ``SIP_PORT`` set, the server also answers SIP calls on that UDP port
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import logging
 import secrets
@@ -36,15 +42,18 @@ from aiohttp.typedefs import Handler
 from pipecat.transports.base_transport import BaseTransport
 from sqlalchemy.orm import Session
 
+from agent.access import Anonymous, Loopback, Refusal, check_routes, guard, is_loopback, refuse
 from agent.call import Call, CallContext
 from agent.config import Settings
 from agent.console.admin import add_admin_pages
 from agent.console.api import add_api
 from agent.console.audit import audit
-from agent.console.auth import require_role, setup_auth
+from agent.console.auth import Roles, setup_auth
+from agent.console.context import current_user
 from agent.console.dashboard import add_dashboard
 from agent.console.live import add_live_calls
 from agent.console.pages import add_console_pages
+from agent.console.tokens import Token
 from agent.dialer import (
     DEFAULT_CONCURRENCY,
     DEFAULT_RATE_PER_S,
@@ -54,6 +63,7 @@ from agent.dialer import (
     Dialer,
     read_campaign,
 )
+from agent.hygiene import add_security
 from agent.live import CALLS, LiveCall, LiveCalls
 from agent.metrics import add_metrics, observe_call
 from agent.models import Role
@@ -82,15 +92,18 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+@guard(Anonymous("the call page: anyone may call the agent"))
 async def index(request: web.Request) -> web.FileResponse:
     return web.FileResponse(WEB_DIR / "index.html")
 
 
+@guard(Anonymous("liveness probe: a count, nothing else"))
 async def health(request: web.Request) -> web.Response:
     """Liveness: the process answers (whether or not it takes calls)."""
     return web.json_response({"status": "ok", "calls": request.app[CALLS].active})
 
 
+@guard(Anonymous("readiness probe: calls and capacity, for the edge and the autoscaler"))
 async def ready(request: web.Request) -> web.Response:
     """Readiness: 200 while this worker takes calls, 503 when it is full or draining; the
     body says how many it carries of how many it may (for the autoscaler and the edge)."""
@@ -99,11 +112,10 @@ async def ready(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if calls.accepting else 503)
 
 
+@guard(Loopback())
 async def drain(request: web.Request) -> web.Response:
     """Stop taking calls and answer once those in progress have ended, or after
     ``DRAIN_TIMEOUT_S`` (a pod's preStop hook; only from the worker's own host)."""
-    if not _loopback(request.remote or ""):
-        return _error(403, "POST /drain is only taken from the worker's own host")
     app = request.app
     await _stop_campaigns(app)
     left = await app[CALLS].drain(app[CTX].settings.drain_timeout_s)
@@ -116,12 +128,27 @@ def _busy(e: LineBusy) -> web.Response:
     return response
 
 
+@guard(Anonymous("the call page's offer: limited per address and in total"))
 async def offer(request: web.Request) -> web.Response:
-    ctx = request.app[CTX]
+    ctx, calls = request.app[CTX], request.app[CALLS]
+    address = request.remote or "unknown"
+    per_address = ctx.settings.call_page_calls_per_address
+    if calls.page_calls(address) >= per_address:
+        response = _error(429, f"this address already has {per_address} calls in progress")
+        response.headers["Retry-After"] = str(LineBusy.retry_after_s)
+        return response
     try:
-        request.app[CALLS].admit()
+        if calls.page_calls() >= ctx.settings.call_page_max_calls:
+            raise LineBusy("the call page carries all the calls it may now: try again later")
+        calls.admit()
     except LineBusy as e:
         return _busy(e)
+    with calls.page_offer(address):
+        return await _answer_offer(request, address)
+
+
+async def _answer_offer(request: web.Request, address: str) -> web.Response:
+    ctx, calls = request.app[CTX], request.app[CALLS]
     try:
         body = await request.json()
     except json.JSONDecodeError:
@@ -137,8 +164,12 @@ async def offer(request: web.Request) -> web.Response:
     except LineBusy as e:  # the last place went while the offer was being answered
         await connection.disconnect()
         return _busy(e)
-    live = request.app[CALLS].get(started.call_id)
+    live = calls.get(started.call_id)
     assert live is not None
+    live.page_address = address
+    # However the call ends (the peer left, never connected, a limit), the peer connection
+    # and its ports go with it.
+    started.task.add_done_callback(lambda _: asyncio.ensure_future(connection.disconnect()))
     return web.json_response(
         {**answer, "call_id": started.call_id, "transcript_token": live.caller_token}
     )
@@ -224,22 +255,30 @@ def inbound_account(ctx: CallContext, info: CallInfo) -> tuple[Account, str | No
     return (account_from({}) if demo else UNMATCHED_CALLER), number
 
 
+@dataclass(frozen=True)
+class CallerToken:
+    """The caller's own page: the ``?token=`` its offer was answered with, for its call."""
+
+    name: str = "the caller's own call token"
+
+    async def check(self, request: web.Request) -> Refusal | None:
+        live = request.app[CALLS].get(request.match_info.get("call_id", ""))
+        token = request.query.get("token", "")
+        if live is not None and token and secrets.compare_digest(token, live.caller_token):
+            return None
+        return refuse(401, "a wrong or expired call token", presented=bool(token))
+
+
+@guard(CallerToken(), Roles(Role.OPERATOR, Role.OWNER))
 async def transcript(request: web.Request) -> web.StreamResponse:
-    """The live transcript: for the caller's own page (its ``?token=``), or for the console."""
-    live = request.app[CALLS].get(request.match_info["call_id"])
-    token = request.query.get("token", "")
-    if live is not None and token and secrets.compare_digest(token, live.caller_token):
-        return await _stream_transcript(request, live)
-    return await _console_transcript(request)
-
-
-@require_role(Role.OPERATOR, Role.OWNER)
-async def _console_transcript(request: web.Request) -> web.StreamResponse:
+    """The live transcript: for the caller's own page (its ``?token=``), or for the console
+    (audited)."""
     call_id = request.match_info["call_id"]
     live = request.app[CALLS].get(call_id)
     if live is None:
         return _error(404, "no live call with this id (it may have ended: see /api/calls/{id})")
-    await audit(request, "view_transcript", call_id)
+    if current_user(request) is not None:
+        await audit(request, "view_transcript", call_id)
     return await _stream_transcript(request, live)
 
 
@@ -338,9 +377,22 @@ class CampaignRun:
 CAMPAIGNS = web.AppKey("campaigns", dict[str, CampaignRun])
 
 
+#: The fastest a campaign may dial, whatever it asks: a trunk's usual calls-per-second limit.
+MAX_CAMPAIGN_RATE_PER_S = 5.0
+#: What a campaign body may be (docs/dialing.md); anything else, a cross-site form's
+#: ``text/plain`` included, is refused before it is read.
+CAMPAIGN_TYPES = ("text/csv", "application/json")
+
+
+@guard(Token("campaigns:write"), Roles(Role.OWNER))
 async def create_campaign(request: web.Request) -> web.Response:
-    """A campaign CSV in the body (docs/dialing.md); ``?rate=`` and ``?concurrency=``."""
+    """A campaign in the body, as CSV (``text/csv``) or JSON (``application/json``:
+    ``{"entries": [{"account_ref": ..., "number": ...}]}``), docs/dialing.md;
+    ``?rate=`` (calls a second) and ``?concurrency=`` (calls at once, at most the
+    worker's capacity)."""
     app, ctx = request.app, request.app[CTX]
+    if request.content_type not in CAMPAIGN_TYPES:
+        return _error(415, "a campaign is text/csv or application/json (docs/dialing.md)")
     trunk = ctx.settings.sip_trunk
     if SIP not in app:
         return _error(503, "outbound dialing needs the SIP endpoint: set SIP_PORT and SIP_TRUNK")
@@ -351,24 +403,28 @@ async def create_campaign(request: web.Request) -> web.Response:
         concurrency = int(request.query.get("concurrency", DEFAULT_CONCURRENCY))
     except ValueError:
         return _error(400, "rate must be a number (calls a second), concurrency a whole number")
+    if not 0 < rate <= MAX_CAMPAIGN_RATE_PER_S:
+        return _error(400, f"rate must be above 0 and at most {MAX_CAMPAIGN_RATE_PER_S:g} a second")
+    capacity = app[CALLS].capacity
+    if not 1 <= concurrency <= capacity:
+        return _error(400, f"concurrency must be 1 to {capacity} (this worker's MAX_CALLS)")
+    dialer = Dialer(
+        ctx.engine,
+        app[SIP],
+        trunk,
+        converse=partial(converse, app),
+        rate_per_s=rate,
+        concurrency=concurrency,
+    )
     try:
-        dialer = Dialer(
-            ctx.engine,
-            app[SIP],
-            trunk,
-            converse=partial(converse, app),
-            rate_per_s=rate,
-            concurrency=concurrency,
-        )
-    except ValueError as e:
-        return _error(400, str(e))
-    try:
-        text = (await request.read()).decode("utf-8")
+        text = await _campaign_csv(request)
         campaign = await asyncio.to_thread(read_campaign, ctx.engine, text, "the request body")
     except UnicodeDecodeError:
-        return _error(400, "the body must be a campaign CSV in UTF-8 (docs/dialing.md)")
+        return _error(400, "the body must be UTF-8 (docs/dialing.md)")
     except CampaignError as e:
-        rejected = [{"line": r.line, "reasons": list(r.reasons)} for r in e.rejected]
+        # A JSON campaign's rows are its entries, counted from 0 (the CSV's line 2).
+        key, first = ("line", 0) if request.content_type == "text/csv" else ("entry", 2)
+        rejected = [{key: r.line - first, "reasons": list(r.reasons)} for r in e.rejected]
         return web.json_response({"error": str(e), "rejected": rejected}, status=400)
     campaign_id = secrets.token_hex(8)
     report = CampaignReport(f"campaign {campaign_id}", len(campaign.entries))
@@ -380,6 +436,27 @@ async def create_campaign(request: web.Request) -> web.Response:
     )
 
 
+async def _campaign_csv(request: web.Request) -> str:
+    """The campaign's CSV text: the body itself, or a JSON body's entries written as the
+    same CSV, so that both are read, checked and refused by one parser."""
+    text = (await request.read()).decode("utf-8")
+    if request.content_type == "text/csv":
+        return text
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CampaignError(f"the body is not JSON: {e.msg} (line {e.lineno})") from None
+    entries = body.get("entries") if isinstance(body, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        raise CampaignError('a JSON campaign is {"entries": [{"account_ref": ..., "number": ...}]}')
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=("account_ref", "number"), extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows({k: str(e.get(k, "")) for k in ("account_ref", "number")} for e in entries)
+    return out.getvalue()
+
+
+@guard(Token("campaigns:read"), Roles(Role.OPERATOR, Role.OWNER))
 async def campaign_progress(request: web.Request) -> web.Response:
     campaign_id = request.match_info["campaign_id"]
     run = request.app[CAMPAIGNS].get(campaign_id)
@@ -409,7 +486,7 @@ async def _start_sip(app: web.Application) -> None:
         trunk_auth=settings.sip_trunk_auth,
     )
     await endpoint.start()
-    if not (settings.sip_allow or settings.sip_credentials) and not _loopback(settings.sip_host):
+    if not (settings.sip_allow or settings.sip_credentials) and not is_loopback(settings.sip_host):
         logger.warning("SIP on %s answers anyone: set SIP_ALLOW or SIP_CREDENTIALS", endpoint.via)
     app[SIP] = endpoint
 
@@ -419,16 +496,12 @@ async def _stop_sip(app: web.Application) -> None:
         await app[SIP].close()
 
 
-def _loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
 @web.middleware
 async def _forwarded_for(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Behind the supervisor's entry, the caller's address is what the entry saw (the login
     rate limit and the audit log count callers, not the entry)."""
     forwarded = request.headers.get("X-Forwarded-For")
-    if forwarded and _loopback(request.remote or ""):
+    if forwarded and is_loopback(request.remote or ""):
         request = request.clone(remote=forwarded.rsplit(",", 1)[-1].strip())
     return await handler(request)
 
@@ -436,6 +509,7 @@ async def _forwarded_for(request: web.Request, handler: Handler) -> web.StreamRe
 def make_app(ctx: CallContext) -> web.Application:
     middlewares = [_forwarded_for] if ctx.settings.trust_forwarded_for else []
     app = web.Application(client_max_size=256 * 1024, middlewares=middlewares)
+    add_security(app, ctx.settings.public_url)
     app[CTX] = ctx
     app[CALLS] = LiveCalls(capacity=ctx.settings.max_calls)
     app[CAMPAIGNS] = {}
@@ -463,6 +537,7 @@ def make_app(ctx: CallContext) -> web.Application:
         ctx.settings.audio_in_sample_rate,
         lambda t, i: start_call(app, t, i),
     )
+    check_routes(app)
     app.on_startup.append(_start_sip)
     app.on_shutdown.append(_stop_campaigns)
     app.on_shutdown.append(_end_calls)

@@ -29,7 +29,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.call import Call, CallContext, CallSummary
-from agent.config import Settings
+from agent.config import Settings, hide_password
 from agent.models import Debt, Phone
 from agent.policy import Account, ConversationPolicy, Templates
 from agent.portfolio import account_for
@@ -338,7 +338,8 @@ def print_call(sim: SimulatedCall) -> None:
 
 async def run_simulation(settings: Settings, scenario: Scenario) -> int:
     """``python -m agent simulate``: one call, its conversation, table and cost on stdout."""
-    print(f"starting the agent (models, database {settings.database_url}) ...", flush=True)
+    database = hide_password(settings.database_url)
+    print(f"starting the agent (models, database {database}) ...", flush=True)
     async with AgentRuntime(settings) as ctx:
         print(f"calling: {scenario.name} ({scenario.description})", flush=True)
         try:

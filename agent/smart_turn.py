@@ -22,7 +22,9 @@ from __future__ import annotations
 import functools
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -56,11 +58,37 @@ def helper() -> ProcessPoolExecutor:
 
 
 def _background() -> None:
-    """In the helper process: run only on CPU time nothing else on the core wants."""
+    """In the helper process: run only on CPU time nothing else on the core wants, and end
+    with the worker."""
     try:
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (AttributeError, OSError) as e:  # not Linux
         logger.info("the smart-turn process keeps its ordinary priority: %s", e)
+    threading.Thread(target=_end_with_parent, name="smart-turn-parent", daemon=True).start()
+
+
+def _end_with_parent() -> None:
+    """In the helper process: exit once the worker is gone, however it went.
+
+    A worker killed outright (SIGKILL, out of memory) never shuts its pool down, and its
+    helper would wait for work forever: it reads a queue whose writing end it holds itself.
+    So would multiprocessing's resource tracker, which the helper keeps open.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
+
+
+def shutdown() -> None:
+    """Stop the helper process, if one was started; the next prediction starts another.
+
+    The helper lives as long as its worker; this is for what ends sooner than the process
+    (a test run, which then counts the processes it left behind).
+    """
+    if helper.cache_info().currsize:
+        helper().shutdown(wait=True, cancel_futures=True)
+        helper.cache_clear()
 
 
 def warm_up(sample_rate: int) -> None:

@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +22,12 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, or_, update
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+from sqlalchemy.exc import ArgumentError, DataError, DBAPIError, IntegrityError, StatementError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
+from agent.config import ConfigError, hide_password
 from agent.models import Call, CallEvent, CallStatus, CostLine, Promise, Turn
 from agent.records import (
     RECORD_TYPES,
@@ -123,12 +126,40 @@ def alembic_config(url: str | URL) -> Config:
     return config
 
 
+def shown(url: str | URL) -> str:
+    """``url`` as logs and messages may show it: no password (``agent.config.hide_password``)."""
+    return hide_password(normalise_url(url).render_as_string(hide_password=False))
+
+
+def check_database(url: str | URL) -> None:
+    """Connect once to the database at ``url``, or raise ``ConfigError`` naming
+    ``DATABASE_URL`` (where the commands' URL comes from): a URL that cannot be read and a
+    database that cannot be reached are settings to fix, said in one line, not a traceback.
+    """
+    try:
+        engine = create_engine_for(url, poolclass=NullPool)
+    except (ArgumentError, ValueError, ImportError) as exc:
+        raise ConfigError(f"DATABASE_URL is not a database URL this agent can use: {exc}") from exc
+    except OSError as exc:  # SQLite: the file's directory cannot be made
+        raise ConfigError(f"DATABASE_URL: cannot open {shown(url)}: {exc}") from exc
+    try:
+        with engine.connect():
+            pass
+    except DBAPIError as exc:
+        reason = " ".join(_reason(exc).split())  # libpq's messages run over two lines
+        raise ConfigError(f"DATABASE_URL: cannot connect to {shown(url)}: {reason}") from exc
+    finally:
+        engine.dispose()
+
+
 def upgrade(url: str | URL) -> None:
     """Bring the database at ``url`` to the newest schema (``alembic upgrade head``).
 
-    The server calls this at start, so a fresh database just works.
+    The server calls this at start, so a fresh database just works; one that cannot be
+    reached is a ``ConfigError`` (``check_database``).
     """
-    logger.info("migrating %s to head", normalise_url(url).render_as_string(hide_password=True))
+    check_database(url)
+    logger.info("migrating %s to head", shown(url))
     command.upgrade(alembic_config(url), "head")
 
 
@@ -292,7 +323,12 @@ class StoreWriter:
                 self._write(record)
                 return
             except (IntegrityError, DataError, InvalidRecordError) as exc:
-                logger.error("store: skipping invalid record %r: %s", record, _reason(exc))
+                logger.error(
+                    "store: skipping invalid %s of call %s: %s",
+                    type(record).__name__,
+                    record.call_id,
+                    _reason(exc),
+                )
                 return
             except (DBAPIError, PoolTimeoutError) as exc:
                 attempt += 1
@@ -307,9 +343,14 @@ class StoreWriter:
                 )
                 time.sleep(delay)
                 delay = min(delay * 2, self._retry_max_s)
-            except Exception:
+            except Exception as exc:
                 # Not the database's fault: the record cannot be turned into rows.
-                logger.exception("store: skipping record that cannot be written: %r", record)
+                logger.error(
+                    "store: skipping %s of call %s that cannot be written: %s",
+                    type(record).__name__,
+                    record.call_id,
+                    _reason(exc),
+                )
                 return
 
     def _write(self, record: Record) -> None:
@@ -358,9 +399,6 @@ class StoreWriter:
         call.duration_s = record.duration_s
         call.end_reason = record.end_reason
         call.recording_uri = record.recording_uri
-        call.price_book_version = cost.price_book_version
-        call.cost_usd = cost.total_usd
-        call.cost_per_minute_usd = cost.per_minute_usd
         outcome = record.outcome
         if outcome is not None:
             call.party = outcome.party
@@ -379,6 +417,11 @@ class StoreWriter:
                         created_at=record.ended_at,
                     )
                 )
+        if cost is None:  # not priced (its cost_error event says why): the rest stands
+            return
+        call.price_book_version = cost.price_book_version
+        call.cost_usd = cost.total_usd
+        call.cost_per_minute_usd = cost.per_minute_usd
         session.add_all(
             CostLine(
                 call_id=record.call_id,
@@ -401,11 +444,18 @@ def _reason(exc: Exception) -> str:
     """The database's own message, without SQLAlchemy's echo of the statement.
 
     The statement's parameters hold transcripts; a retry warning every few
-    seconds should not copy them into the logs.
+    seconds should not copy them into the logs. Any other error is named by its
+    type and where it was raised, not its message: Python's messages quote the
+    value they could not take (``could not convert string to float: '...'``).
     """
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         return f"{type(exc.orig).__name__}: {exc.orig}".strip()
-    return str(exc)
+    if isinstance(exc, InvalidRecordError):
+        return str(exc)
+    cause = exc.orig if isinstance(exc, StatementError) and exc.orig is not None else exc
+    frames = traceback.extract_tb(cause.__traceback__)
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"{type(cause).__name__}{where}"
 
 
 def _resolve(waiter: asyncio.Future[None]) -> None:

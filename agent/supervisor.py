@@ -46,6 +46,7 @@ import aiohttp
 from aiohttp import WSMsgType, web
 from multidict import CIMultiDict
 
+from agent.access import Anonymous, Loopback, check_routes, guard
 from agent.config import Settings
 from agent.embedded import ModelServers
 
@@ -370,10 +371,6 @@ class Supervisor:
 
     async def drain(self, request: web.Request) -> web.Response:
         """Drain every worker at once (a pod's preStop hook; from this host only)."""
-        if request.remote not in ("127.0.0.1", "::1"):
-            return web.json_response(
-                {"error": "POST /drain is only taken from this host"}, status=403
-            )
         assert self._client is not None
         self._stopping = True
 
@@ -391,10 +388,13 @@ class Supervisor:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=256 * 1024)
-        app.router.add_get("/health", self.health)
-        app.router.add_get("/ready", self.ready)
-        app.router.add_post("/drain", self.drain)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+        probe = guard(Anonymous("a probe: worker counts and capacity, nothing else"))
+        app.router.add_get("/health", probe(self.health))
+        app.router.add_get("/ready", probe(self.ready))
+        app.router.add_post("/drain", guard(Loopback())(self.drain))
+        forward = guard(Anonymous("the entry forwards to a worker, which guards each route"))
+        app.router.add_route("*", "/{tail:.*}", forward(self.handle))
+        check_routes(app)
         return app
 
 

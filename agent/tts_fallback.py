@@ -19,7 +19,7 @@ import json
 import logging
 import uuid
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 
@@ -43,7 +43,7 @@ class FallbackConfig:
 
     vendor: str
     url: str
-    api_key: str
+    api_key: str = field(repr=False)
     voice: str
     model: str = CARTESIA_MODEL
     language: str = "en"

@@ -210,7 +210,8 @@ class RoutedTTSService(StreamingTTSService):
     async def _speak_fallback(
         self, text: str, context_id: str, reason: str, late: _Attempt | None
     ) -> AsyncGenerator[Frame | None, None]:
-        logger.warning("TTS fallback (%s) for %d characters: %r", reason, len(text), text)
+        # Not the text itself: it carries names and amounts (the call's record has the turn).
+        logger.warning("TTS fallback (%s) for %d characters", reason, len(text))
         self._report(reason, text)
         spoke = False
         stream = self._fallback.synthesize(text, self.sample_rate)

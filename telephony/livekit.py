@@ -19,7 +19,9 @@ from aiohttp import web
 from livekit.api import AccessToken, VideoGrants
 from pipecat.transports.livekit.transport import LiveKitParams, LiveKitTransport
 
-from agent.config import Settings
+from agent.access import guard
+from agent.config import ConfigError, Settings
+from agent.console.tokens import Token
 from telephony.line import CallInfo, LineBusy
 from telephony.media_stream import StartCall
 
@@ -34,7 +36,7 @@ TOKEN_TTL = timedelta(minutes=10)
 ROOM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
-class LiveKitConfigError(ValueError):
+class LiveKitConfigError(ConfigError):
     """LiveKit is configured partly or wrongly; the message names the variable."""
 
 
@@ -119,8 +121,10 @@ def transport_for(config: LiveKitConfig, room: str, sample_rate: int) -> LiveKit
 def add_routes(
     app: web.Application, config: LiveKitConfig | None, sample_rate: int, start_call: StartCall
 ) -> None:
-    """``POST /api/livekit/dispatch``: send the agent into a room."""
+    """``POST /api/livekit/dispatch``: send the agent into a room (for a machine with a
+    ``livekit:dispatch`` API token: it mints an agent token and takes a call slot)."""
 
+    @guard(Token("livekit:dispatch"))
     async def dispatch(request: web.Request) -> web.Response:
         if config is None:
             return web.json_response(

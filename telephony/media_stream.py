@@ -2,7 +2,10 @@
 
 The carrier answers the phone, fetches a TwiML/TeXML document from us
 (``POST /voice/twilio``, ``POST /voice/telnyx``) that says "connect the call's
-audio to this websocket", and opens ``GET /media/twilio`` or ``/media/telnyx``.
+audio to this websocket", and opens ``GET /media/twilio/<token>`` or
+``/media/telnyx/<token>``. The webhook must be signed by the carrier and the socket
+must bring the one-time token the webhook's answer gave (``telephony.carrier_auth``);
+the call gets the caller's number the signed webhook said, not what the stream claims.
 Over it come JSON events: ``connected``, ``start`` (the stream and call ids, the
 media format and our custom parameters, e.g. the caller's number), ``media``
 (base64 G.711, 20 ms each), ``dtmf``, ``mark`` (a mark we sent has been played)
@@ -22,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from xml.etree import ElementTree
 
@@ -45,7 +48,20 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
+from agent.access import guard
 from agent.config import Settings
+from agent.console.context import ENGINE
+from telephony.carrier_auth import (
+    ANNOUNCED,
+    Announced,
+    CarrierSignature,
+    Clock,
+    MediaToken,
+    SeenWebhooks,
+    StreamTokens,
+    public_base,
+    webhook_signatures,
+)
 from telephony.line import CallInfo, LineBusy
 
 logger = logging.getLogger(__name__)
@@ -71,11 +87,13 @@ class StreamProtocolError(ValueError):
 
 @dataclass(frozen=True)
 class CarrierCredentials:
-    """What the serializers need to hang a call up through the carrier's REST API."""
+    """The carrier accounts' keys: to verify their webhooks (Twilio's auth token, Telnyx's
+    public key) and to hang a call up through their REST API."""
 
     twilio_account_sid: str | None = None
-    twilio_auth_token: str | None = None
-    telnyx_api_key: str | None = None
+    twilio_auth_token: str | None = field(default=None, repr=False)
+    telnyx_api_key: str | None = field(default=None, repr=False)
+    telnyx_public_key: str | None = None
     #: Hang up through the REST API when the agent ends the call (only with credentials).
     hang_up: bool = True
 
@@ -99,6 +117,11 @@ class StreamStart:
     local_number: str | None = None
     account_id: str | None = None
     parameters: dict[str, str] = field(default_factory=dict)
+
+    def bound_to(self, webhook: Announced) -> StreamStart:
+        """This stream with the numbers its signed webhook gave: the stream's own claims
+        are not signed."""
+        return replace(self, remote_number=webhook.remote_number, local_number=webhook.local_number)
 
     def call_info(self) -> CallInfo:
         extra = {"stream_id": self.stream_id, "encoding": self.encoding, **self.parameters}
@@ -483,6 +506,8 @@ class MediaStreamConfig:
     #: ``https://agent.example.com``: where carriers reach us; default: the request's host.
     public_url: str | None = None
     start_timeout_s: float = START_TIMEOUT_S
+    #: Checks Telnyx's webhook timestamps and expires stream tokens; injectable for tests.
+    clock: Clock = time.time
 
 
 def carrier_config(settings: Settings) -> MediaStreamConfig:
@@ -492,25 +517,22 @@ def carrier_config(settings: Settings) -> MediaStreamConfig:
             twilio_account_sid=settings.twilio_account_sid,
             twilio_auth_token=settings.twilio_auth_token,
             telnyx_api_key=settings.telnyx_api_key,
+            telnyx_public_key=settings.telnyx_public_key,
             hang_up=settings.carrier_hang_up,
         ),
         public_url=settings.public_url,
     )
 
 
-def stream_url(request: web.Request, carrier: str, public_url: str | None) -> str:
-    """The ``wss://`` address of our media route, as the carrier must dial it."""
-    if public_url:
-        base = public_url.rstrip("/")
-    else:
-        forwarded = request.headers.get("X-Forwarded-Proto")
-        scheme = forwarded or request.scheme
-        base = f"{scheme}://{request.host}"
+def stream_url(request: web.Request, carrier: str, public_url: str | None, token: str) -> str:
+    """The ``wss://`` address of our media route with a stream's one-time token, as the
+    carrier must dial it (a path segment: Twilio's ``<Stream url>`` takes no query)."""
+    base = public_base(request, public_url)
     if base.startswith("https://"):
         base = "wss://" + base.removeprefix("https://")
     elif base.startswith("http://"):
         base = "ws://" + base.removeprefix("http://")
-    return f"{base}/media/{carrier}"
+    return f"{base}/media/{carrier}/{token}"
 
 
 def connect_document(carrier: str, url: str, parameters: dict[str, str]) -> str:
@@ -528,19 +550,35 @@ def connect_document(carrier: str, url: str, parameters: dict[str, str]) -> str:
 
 
 def add_routes(app: web.Application, config: MediaStreamConfig, start_call: StartCall) -> None:
-    """``POST /voice/{carrier}`` (the carrier's voice webhook) and ``GET /media/{carrier}``."""
+    """``POST /voice/{carrier}`` (the carrier's signed voice webhook) and
+    ``GET /media/{carrier}/{token}`` (the stream it announced); ``ConfigError`` for a
+    malformed carrier key.
 
-    async def voice(request: web.Request) -> web.Response:
+    The app needs the console's ``ENGINE`` (``setup_auth`` sets it): the tokens and the
+    replay memory are kept there, for every worker and pod to share."""
+    if ENGINE not in app:
+        raise RuntimeError("the carrier routes need the console's engine: call setup_auth first")
+    credentials = config.credentials
+    signatures = webhook_signatures(credentials.twilio_auth_token, credentials.telnyx_public_key)
+    tokens = StreamTokens(app[ENGINE], config.clock)
+    seen = SeenWebhooks(app[ENGINE])
+
+    @guard(CarrierSignature(signatures, seen, config.public_url, config.clock))
+    async def voice(request: web.Request) -> web.StreamResponse:
         carrier = request.match_info["carrier"]
         form = await request.post()
+        said = {key: value for key, value in form.items() if isinstance(value, str) and value}
+        webhook = Announced(carrier, said.get("From"), said.get("To"))
         parameters = {
-            name: str(form[key]) for name, key in (("from", "From"), ("to", "To")) if key in form
+            name: said[key] for name, key in (("from", "From"), ("to", "To")) if key in said
         }
-        url = stream_url(request, carrier, config.public_url)
+        token = await asyncio.to_thread(tokens.mint, webhook)
+        url = stream_url(request, carrier, config.public_url, token)
         return web.Response(
             text=connect_document(carrier, url, parameters), content_type="application/xml"
         )
 
+    @guard(MediaToken(tokens))
     async def media(request: web.Request) -> web.StreamResponse:
         carrier = request.match_info["carrier"]
         ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, timeout=CLOSE_TIMEOUT_S)
@@ -551,7 +589,9 @@ def add_routes(app: web.Application, config: MediaStreamConfig, start_call: Star
             )
         await ws.prepare(request)
         try:
-            start = await await_start(ws, carrier, config.start_timeout_s)
+            start = (await await_start(ws, carrier, config.start_timeout_s)).bound_to(
+                request[ANNOUNCED]
+            )
             serializer = serializer_for(start, config.credentials)
         except (StreamProtocolError, ValueError) as e:
             logger.warning("%s stream from %s refused: %s", carrier, request.remote, e)
@@ -584,4 +624,6 @@ def add_routes(app: web.Application, config: MediaStreamConfig, start_call: Star
 
     carriers = "{carrier:" + "|".join(CARRIERS) + "}"
     app.router.add_post(f"/voice/{carriers}", voice)
+    app.router.add_get(f"/media/{carriers}/{{token}}", media)
+    # Without a token: refused by the same guard, with a reason rather than a 404.
     app.router.add_get(f"/media/{carriers}", media)

@@ -1,8 +1,10 @@
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agent.config import ConfigError, Settings
+from agent.config import ConfigError, Settings, hide_password
 
 
 def test_defaults_start_the_embedded_models():
@@ -88,3 +90,67 @@ def test_sip_is_off_unless_a_port_is_set():
 def test_speculation_is_on_unless_turned_off():
     assert Settings.from_env({}).llm_speculation
     assert not Settings.from_env({"LLM_SPECULATION": "0"}).llm_speculation
+
+
+# -- secrets in the repr -----------------------------------------------------------------
+
+#: Words of a setting's name that say its value is a secret.
+SECRET_NAMES = {"key", "secret", "token", "password", "credentials", "auth"}
+
+
+def _secret_value(setting: dataclasses.Field[Any], secret: str) -> object:
+    """``secret`` in the shape the setting holds (a user -> password dict, a pair, a string)."""
+    kind = str(setting.type)
+    if kind.startswith("dict"):
+        return {"user": secret}
+    if kind.startswith("tuple"):
+        return ("user", secret)
+    return secret
+
+
+def test_no_secret_setting_shows_in_the_repr():
+    secrets = [f for f in dataclasses.fields(Settings) if SECRET_NAMES & set(f.name.split("_"))]
+    names = {f.name for f in secrets}
+    assert {"llm_api_key", "twilio_auth_token", "livekit_api_secret", "sip_trunk_auth"} <= names
+    assert "llm_max_tokens" not in names  # a count, not a token
+    values = {f.name: _secret_value(f, f"S3cr3t-{f.name}") for f in secrets}
+    shown = repr(dataclasses.replace(Settings(), **values))
+    for name in names:
+        assert f"S3cr3t-{name}" not in shown
+        assert f"{name}='***'" in shown  # whether it is set still shows
+    assert "tts_fallback_api_key=None" in repr(Settings())
+    assert str(Settings()) == repr(Settings())
+
+
+def test_no_url_setting_shows_its_password_in_the_repr():
+    urls = [f.name for f in dataclasses.fields(Settings) if f.name.endswith("_url")]
+    assert {"database_url", "llm_url", "public_url", "livekit_url"} <= set(urls)
+    values = {name: f"https://agent:pw-{name}@host.example:8443/v1?x=1" for name in urls}
+    values["database_url"] = "postgresql+psycopg://agent:hunter2@db:5432/agent?sslmode=require"
+    shown = repr(dataclasses.replace(Settings(), **values))
+    assert "hunter2" not in shown and "pw-" not in shown
+    assert "'postgresql+psycopg://agent:***@db:5432/agent?sslmode=require'" in shown
+    assert "'https://agent:***@host.example:8443/v1?x=1'" in shown
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://agent:s3cret@db/agent", "postgresql://agent:***@db/agent"),
+        ("postgresql://agent:p@ss/w0rd@db/agent", "postgresql://agent:***@db/agent"),
+        ("postgresql://:s3cret@db/agent", "postgresql://:***@db/agent"),
+        (
+            "postgresql://db/agent?user=a&password=s3cret",
+            "postgresql://db/agent?user=a&password=***",
+        ),
+        ("https://llm.example/v1?api_key=s3cret&x=1", "https://llm.example/v1?api_key=***&x=1"),
+        ("sip:acct:s3cret@trunk.example.com:5060", "sip:acct:***@trunk.example.com:5060"),
+        # Nothing to hide: shown as it is.
+        ("postgresql://agent@db:5432/agent", "postgresql://agent@db:5432/agent"),
+        ("sqlite:///data/agent.db", "sqlite:///data/agent.db"),
+        ("http://127.0.0.1:8001/v1", "http://127.0.0.1:8001/v1"),
+        ("sip:trunk.example.com:5060", "sip:trunk.example.com:5060"),
+    ],
+)
+def test_hide_password(url, shown):
+    assert hide_password(url) == shown

@@ -30,7 +30,7 @@ async def test_an_admin_adds_and_disables_a_user(console) -> None:
         data={
             "username": "Nina",
             "role": "operator",
-            "password": "nina's long password",
+            "password": "her own long password",
             "csrf_token": token,
         },
         allow_redirects=False,
@@ -45,12 +45,24 @@ async def test_an_admin_adds_and_disables_a_user(console) -> None:
     assert re.search(r'data-user="olive">.*?<td>disabled</td>', page)
     with Session(engine) as session:
         adam = session.scalar(select(User.id).where(User.username == "adam"))
+        nina, olive = (
+            str(session.scalar(select(User.id).where(User.username == name)))
+            for name in ("nina", "olive")
+        )
         actions = [
-            (a.action, a.user_id)
-            for a in session.scalars(select(AuditEntry).where(AuditEntry.action.like("user_%")))
+            (a.action, a.user_id, a.object_id, a.ip, a.detail)
+            for a in session.scalars(select(AuditEntry).where(AuditEntry.user_id == adam))
+            if a.action.startswith("user_")
         ]
-    # Made by the admin (the command line's entries have no user).
-    assert ("user_add", adam) in actions and ("user_disable", adam) in actions
+    # Made by the admin, from their address; the grant says which role.
+    assert actions == [
+        ("user_add", adam, nina, "127.0.0.1", "role operator"),
+        ("user_disable", adam, olive, "127.0.0.1", None),
+    ]
+    owner = await client.get("/console/audit")
+    assert f"<td>adam</td><td>user_add</td><td>{nina}</td><td>role operator</td>" in (
+        await owner.text()
+    )
 
 
 async def test_bad_user_forms_are_refused_with_the_reason(console) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.console.audit import audit
-from agent.console.auth import require_role, setup_auth
+from agent.console.auth import Handler, require_role, setup_auth
 from agent.console.context import current_user
 from agent.console.csrf import csrf_token
 from agent.console.users import Account, Users
@@ -75,8 +75,15 @@ async def console_page(request: web.Request) -> web.Response:
     )
 
 
+@web.middleware
+async def remote_from_header(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The client's address as ``X-Test-Remote`` says: guessers at many addresses."""
+    remote = request.headers.get("X-Test-Remote")
+    return await handler(request.clone(remote=remote) if remote else request)
+
+
 def console_app(engine: Engine, clock: Clock, *, secure_cookies: bool = False) -> web.Application:
-    app = web.Application()
+    app = web.Application(middlewares=[remote_from_header])
     setup_auth(app, engine, secure_cookies=secure_cookies, clock=clock, hasher=FAST)
     app.router.add_get("/api/calls/{call_id}", call_record)
     app.router.add_post("/api/calls/{call_id}/notes", add_note)
@@ -118,12 +125,15 @@ def hidden(html: str, name: str) -> str:
 
 
 async def login(
-    client: Client, username: str, password: str = PASSWORD, **extra: str
+    client: Client, username: str, password: str = PASSWORD, *, at: str = "", **extra: str
 ) -> ClientResponse:
-    form = await client.get("/login", params={k: v for k, v in extra.items() if k == "next"})
+    """Log in through the form; ``at``: from that address (else the loopback)."""
+    headers = {"X-Test-Remote": at} if at else {}
+    params = {k: v for k, v in extra.items() if k == "next"}
+    form = await client.get("/login", params=params, headers=headers)
     token = hidden(await form.text(), "csrf_token")
     data = {"username": username, "password": password, "csrf_token": token, **extra}
-    return await client.post("/login", data=data, allow_redirects=False)
+    return await client.post("/login", data=data, headers=headers, allow_redirects=False)
 
 
 def session_cookie(response: ClientResponse, name: str = "console_session") -> str:
@@ -202,6 +212,39 @@ async def test_each_role_lands_on_its_own_first_section(client: Client) -> None:
         assert response.status == 303 and response.headers["Location"] == home
 
 
+async def test_a_login_over_an_ended_session_keeps_its_new_cookie(
+    client: Client, clock: Clock
+) -> None:
+    await login(client, "ann")
+    ended = jar_token(client)
+    clock.advance(minutes=31)  # the session is over; the browser still holds its cookie
+    form = await client.get("/login")
+    client.session.cookie_jar.update_cookies({"console_session": ended})
+    data = {
+        "username": "ann",
+        "password": PASSWORD,
+        "csrf_token": hidden(await form.text(), "csrf_token"),
+    }
+    response = await client.post("/login", data=data, allow_redirects=False)
+    assert response.status == 303
+    assert not session_cookie(response).startswith('console_session="";')
+    assert jar_token(client) != ended
+    assert (await client.get("/api/calls/c1")).status == 200
+
+
+async def test_the_login_page_looks_like_the_console_and_cannot_be_framed(
+    client: Client,
+) -> None:
+    form = await client.get("/login")
+    page = await form.text()
+    assert '<header class="top"><span class="brand">Console</span>' in page
+    assert '<form class="login" method="post" action="/login">' in page
+    policy = form.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in policy and "script-src" not in policy
+    refused = await login(client, "ann", WRONG)
+    assert '<p class="flag" role="alert">Wrong username or password.</p>' in await refused.text()
+
+
 async def test_a_new_login_replaces_the_old_session(client: Client) -> None:
     await login(client, "ann")
     first = jar_token(client)
@@ -246,35 +289,118 @@ async def test_state_changing_requests_need_the_session_token(client: Client) ->
     assert (await client.get("/api/calls/c1")).status == 200  # still logged in
 
 
-# -- rate limiting ---------------------------------------------------------------
+# -- slowing guessers down ---------------------------------------------------------
+
+WRONG = "not the password at all"
 
 
-async def test_the_sixth_failed_login_in_the_window_is_429(client: Client, clock: Clock) -> None:
+async def retry_after(response: ClientResponse) -> int:
+    assert response.status == 429, await response.text()
+    return int(response.headers["Retry-After"])
+
+
+async def test_a_guesser_at_one_address_waits_longer_after_each_failure(
+    client: Client, clock: Clock
+) -> None:
+    home = "198.51.100.4"
+    assert (await login(client, "ann", at=home)).status == 303
     for _ in range(5):
-        assert (await login(client, "ann", "not the password at all")).status == 401
-        clock.advance(minutes=1)
-    refused = await login(client, "ann")  # even the right password waits
-    assert refused.status == 429
-    assert refused.headers["Retry-After"] == str(15 * 60 - 5 * 60)
-    assert (await login(client, "olga")).status == 303  # other accounts are not locked
+        assert (await login(client, "ann", WRONG)).status == 401
+    assert await retry_after(await login(client, "ann")) == 30  # even the right password waits
+    for wait in (30, 60, 120, 240, 480, 900, 900):
+        clock.advance(seconds=wait - 1)
+        assert await retry_after(await login(client, "ann", WRONG)) == 1
+        clock.advance(seconds=1)
+        assert (await login(client, "ann", WRONG)).status == 401
+    assert await retry_after(await login(client, "ann")) == 900  # at most a quarter hour
 
-    clock.advance(minutes=10, seconds=1)  # the first failure has left the window
+    # The owner, where they log in from, is not locked out; nor are the address's other
+    # accounts.
+    assert (await login(client, "ann", at=home)).status == 303
+    assert (await login(client, "olga")).status == 303
+
+    clock.advance(hours=1)  # an hour without a failure: forgiven
     assert (await login(client, "ann")).status == 303
 
 
-async def test_many_accounts_from_one_address_are_limited_too(client: Client) -> None:
+async def test_a_guesser_at_many_addresses_slows_the_account_not_its_owner(
+    client: Client, clock: Clock
+) -> None:
+    home = "198.51.100.4"
+    assert (await login(client, "ann", at=home)).status == 303
+    for n in range(10):
+        assert (await login(client, "ann", WRONG, at=f"203.0.113.{n}")).status == 401
+    assert await retry_after(await login(client, "ann", WRONG, at="203.0.113.99")) == 5
+    assert (await login(client, "ann", at=home)).status == 303  # where ann logs in from
+
+    waits = []
+    for n in range(10, 20):
+        wait = await retry_after(await login(client, "ann", WRONG, at=f"203.0.113.{n}"))
+        waits.append(wait)
+        clock.advance(seconds=wait)
+        assert (await login(client, "ann", WRONG, at=f"203.0.113.{n}")).status == 401
+    assert waits == [5, 10, 20, 40, 80, 120, 120, 120, 120, 120]
+
+    # From an address the account never used, the owner waits, but two minutes at most.
+    laptop = "192.0.2.50"
+    assert await retry_after(await login(client, "ann", at=laptop)) == 120
+    assert (await login(client, "ann", at=home)).status == 303
+    clock.advance(minutes=2)
+    assert (await login(client, "ann", at=laptop)).status == 303
+
+
+async def test_spraying_many_accounts_from_one_address_is_slowed(
+    client: Client, clock: Clock
+) -> None:
     for n in range(20):
-        assert (await login(client, f"guess{n}")).status == 401
-    assert (await login(client, "ann")).status == 429
+        assert (await login(client, f"guess{n}", WRONG)).status == 401
+    assert await retry_after(await login(client, "ann")) == 30
+    assert (await login(client, "ann", at="198.51.100.4")).status == 303
 
 
-async def test_a_success_forgets_the_failures_of_that_account(client: Client) -> None:
+async def test_a_success_clears_its_address_for_that_account(client: Client) -> None:
     for _ in range(4):
-        await login(client, "ann", "not the password at all")
+        await login(client, "ann", WRONG)
     assert (await login(client, "ann")).status == 303
     for _ in range(5):
-        assert (await login(client, "ann", "not the password at all")).status == 401
+        assert (await login(client, "ann", WRONG)).status == 401
     assert (await login(client, "ann")).status == 429
+
+
+async def test_failed_logins_are_audited_without_the_name_typed(
+    client: Client, db_engine: Engine, people: dict[str, Account]
+) -> None:
+    ann = people["operator"]
+    await login(client, "ann", WRONG, at="203.0.113.7")
+    await login(client, "Tr0ub4dor&3-typed-as-a-name")
+    Users(db_engine, FAST).disable("adam")
+    await login(client, "adam")
+    for _ in range(4):
+        await login(client, "ann", WRONG, at="203.0.113.7")
+    assert (await login(client, "ann", at="203.0.113.7")).status == 429  # not judged
+    await login(client, "ann")
+
+    with Session(db_engine) as session:
+        rows = [
+            (e.user_id, e.action, e.object_id, e.ip, e.detail)
+            for e in session.scalars(
+                select(AuditEntry)
+                .where(AuditEntry.action.in_(["login_failed", "login"]))
+                .order_by(AuditEntry.id)
+            )
+        ]
+        kept = " ".join(
+            str(v) for e in session.scalars(select(AuditEntry)) for v in vars(e).values()
+        )
+    wrong = (None, "login_failed", str(ann.id), "203.0.113.7", "wrong password")
+    assert rows == [
+        wrong,
+        (None, "login_failed", None, "127.0.0.1", "unknown username"),
+        (None, "login_failed", str(people["admin"].id), "127.0.0.1", "account disabled"),
+        *[wrong] * 4,
+        (ann.id, "login", None, "127.0.0.1", None),
+    ]
+    assert "Tr0ub4dor" not in kept
 
 
 # -- sessions -----------------------------------------------------------------
@@ -358,6 +484,19 @@ async def test_each_role_sees_its_routes_only(client: Client) -> None:
         assert response.headers["Cache-Control"] == "no-store"
         seen.append((username, path, response.status))
     assert seen == ACCESS
+
+
+async def test_a_page_refused_to_a_role_says_so_in_the_console(client: Client) -> None:
+    await login(client, "adam")
+    refused = await client.get("/calls/c1")
+    assert refused.status == 403 and refused.content_type == "text/html"
+    page = await refused.text()
+    assert "<h1>Not for your role</h1>" in page and '<header class="top">' in page
+    assert "/calls/c1 is not open to the admin role." in page
+    assert '<a href="/console/users">Back to your start page</a>' in page
+    assert "frame-ancestors 'none'" in refused.headers["Content-Security-Policy"]
+    api = await client.get("/api/calls/c1")
+    assert api.status == 403 and (await api.json()) == {"error": "a admin may not see this"}
 
 
 def test_require_role_needs_a_role() -> None:

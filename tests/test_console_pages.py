@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.console.context import CLOCK
 from agent.console.pages import CallFilter, find_calls
 from agent.console.users import Users
 from agent.models import (
@@ -40,7 +41,9 @@ from tests.console import add_consumer
 
 PASSWORD = "a long operator password"
 CHROMIUM = Path("/usr/bin/chromium")
-NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)
+#: The console's clock (``_app``) and the data's, fixed: on the real clock the pages' "today"
+#: and the data's drifted apart, and a day's boundary moved calls between days.
+NOW = dt.datetime(2026, 12, 2, 15, 0, tzinfo=dt.UTC)
 #: The call the detail tests open.
 DETAIL = "c-detail-0001"
 #: 60 filler calls, so the list has two pages.
@@ -268,11 +271,18 @@ async def _runtime_client(db_url: str, tmp_path: Path):
     return runtime, ctx
 
 
+def _app(ctx):
+    """The server's app on the fixture's clock: what it calls today is NOW's day."""
+    app = make_app(ctx)
+    app[CLOCK] = lambda: NOW
+    return app
+
+
 @pytest.fixture
 async def console(db_url, tmp_path):
     runtime, ctx = await _runtime_client(db_url, tmp_path)
     try:
-        async with TestClient(TestServer(make_app(ctx))) as client:
+        async with TestClient(TestServer(_app(ctx))) as client:
             yield client, ctx.engine
     finally:
         await runtime.__aexit__(None, None, None)
@@ -504,7 +514,7 @@ async def test_in_a_browser(tmp_path):
         await page.wait_for_url(f"{base}{home}")
 
     try:
-        async with TestServer(make_app(ctx), host="127.0.0.1") as server:
+        async with TestServer(_app(ctx), host="127.0.0.1") as server:
             base = str(server.make_url("/"))[:-1]
             async with async_playwright() as playwright:
                 browser = await playwright.chromium.launch(

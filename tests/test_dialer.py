@@ -22,11 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.console.audit import BY_CODE
+from agent.console.tokens import Tokens
 from agent.dialer import (
     Campaign,
     CampaignError,
@@ -235,6 +238,37 @@ async def test_unanswered_outcomes_are_recorded_on_the_attempt(
     [attempt] = report.attempts
     assert (attempt.outcome, attempt.sip_status) == (outcome, status)
     assert attempts(portfolio) == [(*BOSTON, stored, counts, None)]
+
+
+@pytest.mark.parametrize(
+    ("timers", "ring_timeout_s"),
+    [
+        (FAST, 0.5),  # the ring timeout comes first
+        (Timers(t1=0.01, t2=0.04, t4=0.05), 5.0),  # timer B (0.64 s) comes first
+    ],
+)
+async def test_a_trunk_that_answers_nothing_fails_the_call_and_it_does_not_count(
+    portfolio: Engine, tmp_path: Path, timers: Timers, ring_timeout_s: float
+) -> None:
+    """Nothing listens at the trunk's address (the ICMP port unreachable is dropped, as a
+    lost datagram is): no phone rang, so D1 is not charged (docs/dialing.md)."""
+    ua = SipEndpoint("127.0.0.1", 0, on_call=_decline, timers=timers)
+    await ua.start()
+    dead = Trunk(f"sip:127.0.0.1:{free_udp_port()}", tmp_path / "nothing.log")
+    try:
+        report = await dialer(portfolio, ua, dead, ring_timeout_s=ring_timeout_s).run(
+            campaign(portfolio, BOSTON, DALLAS)
+        )
+    finally:
+        await ua.close()
+    assert report.outcomes() == {"failed": 2}
+    assert all(
+        a.sip_status is None and "no response to INVITE" in a.reason for a in report.attempts
+    )
+    assert attempts(portfolio) == [
+        (*BOSTON, "failed", False, None),
+        (*DALLAS, "failed", False, None),
+    ]
 
 
 async def test_denied_entries_are_not_dialed_and_report_their_rule(
@@ -521,8 +555,16 @@ async def api(db_url: str, tmp_path: Path, **env: str) -> AsyncIterator[TestClie
     async with AgentRuntime(settings, stub_models=True) as ctx:
         import_portfolio(ctx.engine, DATA / "portfolio.csv")
         import_portfolio(ctx.engine, noon_now(tmp_path))
-        async with TestClient(TestServer(make_app(ctx))) as client:
+        token, _ = Tokens(ctx.engine).create(
+            "tests", ("campaigns:write", "campaigns:read"), dt.datetime.now(dt.UTC), by=BY_CODE
+        )
+        headers = {"Authorization": f"Bearer {token}"}
+        async with TestClient(TestServer(make_app(ctx)), headers=headers) as client:
             yield client
+
+
+async def post_csv(client: TestClient, path: str, body: str | bytes) -> ClientResponse:
+    return await client.post(path, data=body, headers={"Content-Type": "text/csv"})
 
 
 def noon_now(tmp_path: Path) -> Path:
@@ -546,9 +588,36 @@ def noon_now(tmp_path: Path) -> Path:
     return path
 
 
+async def test_the_api_needs_a_token_or_an_owner_and_a_campaign_type(
+    db_url: str, tmp_path: Path
+) -> None:
+    env = {"SIP_PORT": "0", "SIP_TRUNK": "sip:127.0.0.1:9"}
+    async with api(db_url, tmp_path, **env) as client:
+        rows = "account_ref,number\nNOPE,+16175550142\n"
+        anonymous = await client.post(
+            "/api/campaigns", data=rows, headers={"Authorization": "", "Content-Type": "text/csv"}
+        )
+        assert anonymous.status == 401 and "Bearer" in (await anonymous.json())["error"]
+        # A cross-site form can send text/plain without a preflight: never read as a campaign.
+        plain = await client.post("/api/campaigns", data=rows)
+        assert plain.status == 415
+        as_json = await client.post(
+            "/api/campaigns", json={"entries": [{"account_ref": "NOPE", "number": "+16175550142"}]}
+        )
+        assert as_json.status == 400
+        assert (await as_json.json())["rejected"] == [
+            {"entry": 0, "reasons": ["account_ref 'NOPE' is not in the portfolio"]}
+        ]
+        not_entries = await client.post("/api/campaigns", json=[1, 2])
+        assert not_entries.status == 400 and "entries" in (await not_entries.json())["error"]
+        for query, words in (("rate=1000000", "at most 5"), ("concurrency=100000", "MAX_CALLS")):
+            bounded = await post_csv(client, f"/api/campaigns?{query}", rows)
+            assert bounded.status == 400 and words in (await bounded.json())["error"]
+
+
 async def test_the_api_needs_sip_and_a_trunk(db_url: str, tmp_path: Path) -> None:
     async with api(db_url, tmp_path) as client:
-        response = await client.post("/api/campaigns", data="account_ref,number\n")
+        response = await post_csv(client, "/api/campaigns", "account_ref,number\n")
         assert response.status == 503
         assert "SIP_PORT" in (await response.json())["error"]
         assert (await client.get("/api/campaigns/0123")).status == 404
@@ -558,16 +627,16 @@ async def test_the_api_dials_a_campaign_and_reports_progress(db_url: str, tmp_pa
     port = free_udp_port()
     env = {"SIP_PORT": "0", "SIP_TRUNK": f"sip:127.0.0.1:{port}"}
     async with api(db_url, tmp_path, **env) as client:
-        bad = await client.post("/api/campaigns", data="account_ref,number\nNOPE,+16175550142\n")
+        bad = await post_csv(client, "/api/campaigns", "account_ref,number\nNOPE,+16175550142\n")
         assert bad.status == 400
         body = await bad.json()
         assert body["rejected"] == [
             {"line": 2, "reasons": ["account_ref 'NOPE' is not in the portfolio"]}
         ]
         assert "nothing dialed" in body["error"]
-        not_csv = await client.post("/api/campaigns", data=b"\xff\xfe")
+        not_csv = await post_csv(client, "/api/campaigns", b"\xff\xfe")
         assert not_csv.status == 400 and "UTF-8" in (await not_csv.json())["error"]
-        rate = await client.post("/api/campaigns?rate=0", data="account_ref,number\n")
+        rate = await post_csv(client, "/api/campaigns?rate=0", "account_ref,number\n")
         assert rate.status == 400 and "above 0" in (await rate.json())["error"]
 
         command = [
@@ -578,7 +647,7 @@ async def test_the_api_dials_a_campaign_and_reports_progress(db_url: str, tmp_pa
         sipp = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.DEVNULL)
         try:
             rows = f"account_ref,number\nACME-0006,+14045550188\nNOON-1,{TOLL_FREE}\n"
-            created = await client.post("/api/campaigns?rate=5&concurrency=2", data=rows)
+            created = await post_csv(client, "/api/campaigns?rate=5&concurrency=2", rows)
             assert created.status == 202
             started = await created.json()
             assert started["entries"] == 2

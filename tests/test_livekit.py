@@ -17,6 +17,9 @@ from livekit.api import TokenVerifier
 from pipecat.transports.livekit.transport import LiveKitTransport
 
 from agent.config import Settings
+from agent.console.audit import BY_CODE
+from agent.console.context import CLOCK, ENGINE, utc_now
+from agent.console.tokens import Tokens
 from agent.runtime import AgentRuntime
 from agent.server import make_app
 from telephony.livekit import (
@@ -83,8 +86,9 @@ def test_configuration_is_all_three_or_nothing():
 
 
 @pytest.fixture
-async def dispatcher():
-    """The dispatch route with a starter that records what it was asked to start."""
+async def dispatcher(db_engine):
+    """The dispatch route with a starter that records what it was asked to start, and a
+    client with a ``livekit:dispatch`` token."""
     started: list[tuple[object, object]] = []
 
     async def idle() -> None:
@@ -95,9 +99,22 @@ async def dispatcher():
         return StartedCall("c" * 32, asyncio.get_running_loop().create_task(idle()))
 
     app = web.Application()
+    app[ENGINE], app[CLOCK] = db_engine, utc_now
     add_routes(app, CONFIG, 16000, start)
-    async with TestClient(TestServer(app)) as client:
+    token, _ = Tokens(db_engine).create("room", ["livekit:dispatch"], utc_now(), by=BY_CODE)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with TestClient(TestServer(app), headers=headers) as client:
         yield client, started
+
+
+@pytest.mark.parametrize("authorization", ["", "Bearer agt_guessed", "Basic dXNlcjpwYXNz"])
+async def test_a_dispatch_needs_a_livekit_token(dispatcher, authorization):
+    client, started = dispatcher
+    response = await client.post(
+        "/api/livekit/dispatch", json={"room": "debt-42"}, headers={"Authorization": authorization}
+    )
+    assert response.status == 401
+    assert started == []
 
 
 async def test_a_dispatch_starts_a_call_in_the_room(dispatcher):
@@ -135,7 +152,9 @@ async def test_bad_dispatches_get_a_400_that_says_why(dispatcher, body, message)
 async def test_without_livekit_configured_the_route_says_so(tmp_path):
     env = {"DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}", "DATA_DIR": str(tmp_path)}
     async with AgentRuntime(Settings.from_env(env), stub_models=True) as ctx:
-        async with TestClient(TestServer(make_app(ctx))) as client:
+        token, _ = Tokens(ctx.engine).create("room", ["livekit:dispatch"], utc_now(), by=BY_CODE)
+        headers = {"Authorization": f"Bearer {token}"}
+        async with TestClient(TestServer(make_app(ctx)), headers=headers) as client:
             response = await client.post("/api/livekit/dispatch", json={"room": "debt-42"})
             assert response.status == 503
             assert "LIVEKIT_URL" in (await response.json())["error"]

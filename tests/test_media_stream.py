@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,11 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.serializers.telnyx import TelnyxFrameSerializer
 from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.workers.runner import WorkerRunner
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.console.context import ENGINE
 from agent.models import Call as CallRow
 from agent.runtime import AgentRuntime
 from agent.server import make_app
@@ -38,18 +40,30 @@ from telephony.media_stream import (
     parse_start,
     serializer_for,
 )
+from tests.carriers import PUBLIC_URL, Clock, FakeCarrier, stream_path
 
 CALLER = "+15551234567"
 OUR_NUMBER = "+15557654321"
+WEBHOOK = {"From": CALLER, "To": OUR_NUMBER, "CallSid": "CA0123456789abcdef0123456789abcdef"}
 
 
 @pytest.fixture
-async def agent(tmp_path):
+def signer() -> FakeCarrier:
+    """Signs the voice webhooks with the keys the agent is configured with."""
+    return FakeCarrier()
+
+
+@pytest.fixture
+async def agent(tmp_path, signer):
     settings = Settings.from_env(
         {
             "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
             "DATA_DIR": str(tmp_path),
-            "PUBLIC_URL": "https://agent.example.com",
+            "PUBLIC_URL": PUBLIC_URL,
+            "TWILIO_AUTH_TOKEN": signer.twilio_auth_token,
+            "TELNYX_PUBLIC_KEY": signer.telnyx_public_key,
+            # No REST hang-up: the test's calls are not the carriers'.
+            "CARRIER_HANG_UP": "0",
         }
     )
     async with AgentRuntime(settings, stub_models=True) as ctx:
@@ -57,7 +71,7 @@ async def agent(tmp_path):
             yield client, ctx
 
 
-def start_event(carrier: str, encoding: str | None = None) -> dict[str, Any]:
+def start_event(carrier: str, encoding: str | None = None, caller: str = CALLER) -> dict[str, Any]:
     """The ``start`` event exactly as each carrier documents it."""
     if carrier == "twilio":
         return {
@@ -74,7 +88,7 @@ def start_event(carrier: str, encoding: str | None = None) -> dict[str, Any]:
                     "sampleRate": 8000,
                     "channels": 1,
                 },
-                "customParameters": {"from": CALLER, "to": OUR_NUMBER},
+                "customParameters": {"from": caller, "to": OUR_NUMBER},
             },
         }
     return {
@@ -85,7 +99,7 @@ def start_event(carrier: str, encoding: str | None = None) -> dict[str, Any]:
             "user_id": "3E6F995F-85F7-4705-9741-53B116D28237",
             "call_control_id": "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg",
             "call_session_id": "ff55a038-6f5d-11ef-9692-02420aeffb1f",
-            "from": CALLER,
+            "from": caller,
             "to": OUR_NUMBER,
             "client_state": "aGF2ZSBhIG5pY2UgZGF5ID1d",
             "media_format": {"encoding": encoding or "PCMU", "sample_rate": 8000, "channels": 1},
@@ -132,12 +146,22 @@ async def until_ended(ctx) -> CallRow:
     raise AssertionError("the call was never recorded as ended")
 
 
+async def stream_of(client: TestClient, signer: FakeCarrier, carrier: str, now: float) -> str:
+    """The media path (with its one-time token) a signed voice webhook answers."""
+    response = await signer.post(client, carrier, WEBHOOK, timestamp=now)
+    assert response.status == 200, await response.text()
+    return stream_path(await response.text())
+
+
 @pytest.mark.parametrize("carrier", ["twilio", "telnyx"])
-async def test_a_carrier_call_gets_agent_audio_and_is_stored(agent, carrier):
+async def test_a_carrier_call_gets_agent_audio_and_is_stored(agent, signer, carrier):
     client, ctx = agent
-    ws = await client.ws_connect(f"/media/{carrier}")
+    # The app runs on the real clock: Telnyx signs "now" as it would.
+    path = await stream_of(client, signer, carrier, time.time())
+    ws = await client.ws_connect(path)
     await ws.send_json(connected_event(carrier))
-    await ws.send_json(start_event(carrier))
+    # The stream's claim is not signed: the call is stored with the webhook's caller.
+    await ws.send_json(start_event(carrier, caller="+15550000000"))
     caller_audio = await tone_ulaw(1.0)
     for i in range(0, len(caller_audio), 160):
         payload = base64.b64encode(caller_audio[i : i + 160]).decode()
@@ -174,27 +198,50 @@ async def test_a_carrier_call_gets_agent_audio_and_is_stored(agent, carrier):
             break
     row = await until_ended(ctx)
     assert row.transport == carrier
+    assert row.number == CALLER
     assert row.direction == "inbound"
     assert row.end_reason == "caller_hung_up"
     health = await (await client.get("/health")).json()
     assert health == {"status": "ok", "calls": 0}
 
 
-@pytest.fixture
-async def bare_routes():
-    """The carrier routes alone, with a short start timeout and a starter that must not run."""
+def routes_config(signer: FakeCarrier, **changes: Any) -> MediaStreamConfig:
+    """The carrier routes with both carriers' keys, on a clock of the test's own."""
+    credentials = CarrierCredentials(
+        twilio_auth_token=signer.twilio_auth_token,
+        telnyx_public_key=signer.telnyx_public_key,
+        hang_up=False,
+    )
+    return MediaStreamConfig(
+        credentials=credentials, public_url=PUBLIC_URL, clock=Clock(), **changes
+    )
+
+
+def carrier_app(db_engine: Engine) -> web.Application:
+    """An app for the carrier routes alone, on the database that keeps their tokens."""
     app = web.Application()
+    app[ENGINE] = db_engine
+    return app
+
+
+@pytest.fixture
+async def bare_routes(signer, db_engine):
+    """The carrier routes alone, with a short start timeout and a starter that must not run."""
+    app = carrier_app(db_engine)
 
     def refuse(_transport, _info):
         raise AssertionError("no call may start on a broken stream")
 
-    add_routes(app, MediaStreamConfig(start_timeout_s=0.3), refuse)
+    add_routes(app, routes_config(signer, start_timeout_s=0.3), refuse)
     async with TestClient(TestServer(app)) as client:
-        yield client
+        yield client, signer
 
 
-async def refusal(client: TestClient, carrier: str, *messages: str) -> tuple[int | None, str]:
-    ws = await client.ws_connect(f"/media/{carrier}")
+async def refusal(
+    routes: tuple[TestClient, FakeCarrier], carrier: str, *messages: str
+) -> tuple[int | None, str]:
+    client, signer = routes
+    ws = await client.ws_connect(await stream_of(client, signer, carrier, Clock().now))
     for message in messages:
         await ws.send_str(message)
     msg = await ws.receive(timeout=10)
@@ -226,23 +273,23 @@ async def test_an_unsupported_media_format_is_refused(bare_routes, carrier, enco
     assert code == POLICY_VIOLATION and "unsupported media format" in text
 
 
-async def test_the_media_route_wants_a_websocket(agent):
+async def test_the_media_route_wants_a_websocket_and_a_token(agent, signer):
     client, _ctx = agent
-    response = await client.get("/media/twilio")
+    response = await client.get(await stream_of(client, signer, "twilio", time.time()))
     assert response.status == 400 and "websocket" in (await response.json())["error"]
+    assert (await client.get("/media/twilio")).status == 403
     assert (await client.get("/media/vonage")).status == 404
     assert (await (await client.get("/health")).json())["status"] == "ok"
 
 
 @pytest.mark.parametrize("carrier", ["twilio", "telnyx"])
-async def test_the_voice_webhook_connects_the_call_to_our_stream(agent, carrier):
+async def test_the_voice_webhook_connects_the_call_to_our_stream(agent, signer, carrier):
     client, _ctx = agent
-    response = await client.post(
-        f"/voice/{carrier}", data={"From": CALLER, "To": OUR_NUMBER, "CallSid": "CA1"}
-    )
+    assert (await client.post(f"/voice/{carrier}", data=WEBHOOK)).status == 403, "unsigned"
+    response = await signer.post(client, carrier, WEBHOOK, timestamp=time.time())
     assert response.status == 200 and response.content_type == "application/xml"
     body = await response.text()
-    assert f'<Stream url="wss://agent.example.com/media/{carrier}"' in body
+    assert f'<Stream url="wss://agent.example.com/media/{carrier}/' in body
     assert f'<Parameter name="from" value="{CALLER}" />' in body
     assert body.startswith('<?xml version="1.0" encoding="UTF-8"?>\n<Response><Connect>')
 
@@ -299,7 +346,7 @@ class KeypadScript(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
-async def test_the_transport_carries_digits_paces_audio_and_clears_on_barge_in():
+async def test_the_transport_carries_digits_paces_audio_and_clears_on_barge_in(signer, db_engine):
     script = KeypadScript()
     runs: list[asyncio.Task[None]] = []
 
@@ -324,10 +371,10 @@ async def test_the_transport_carries_digits_paces_audio_and_clears_on_barge_in()
         runs.append(asyncio.get_running_loop().create_task(run()))
         return StartedCall("t" * 32, runs[0])
 
-    app = web.Application()
-    add_routes(app, MediaStreamConfig(), start)
+    app = carrier_app(db_engine)
+    add_routes(app, routes_config(signer), start)
     async with TestClient(TestServer(app)) as client:
-        ws = await client.ws_connect("/media/twilio")
+        ws = await client.ws_connect(await stream_of(client, signer, "twilio", Clock().now))
         sid = stream_fields("twilio")
         await ws.send_json(connected_event("twilio"))
         await ws.send_json(start_event("twilio"))

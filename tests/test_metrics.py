@@ -7,9 +7,14 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.typedefs import Handler
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine
 
 from agent.call import CallSummary
+from agent.console.audit import BY_CODE
+from agent.console.context import CLOCK, ENGINE, utc_now
+from agent.console.tokens import Tokens
 from agent.metrics import add_metrics, observe_call
 from agent.pricebook import CallCost, CostLineItem
 from agent.records import TurnRecord
@@ -32,10 +37,31 @@ def live() -> Live:
 
 @pytest.fixture
 async def client(live: Live) -> AsyncIterator[Client]:
+    """A scraper on the worker's own host (the test client is on loopback)."""
     app = web.Application()
     add_metrics(app, live)
     async with TestClient(TestServer(app)) as client:
         yield client
+
+
+async def test_a_scraper_from_elsewhere_needs_a_metrics_token(db_engine: Engine) -> None:
+    app = web.Application(middlewares=[_from_elsewhere])
+    app[ENGINE], app[CLOCK] = db_engine, utc_now
+    add_metrics(app, Live())
+    tokens = Tokens(db_engine)
+    metrics, _ = tokens.create("prometheus", ["metrics:read"], utc_now(), by=BY_CODE)
+    other, _ = tokens.create("crm", ["campaigns:write"], utc_now(), by=BY_CODE)
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.get("/metrics")).status == 401
+        wrong = await client.get("/metrics", headers={"Authorization": f"Bearer {other}"})
+        assert wrong.status == 403
+        right = await client.get("/metrics", headers={"Authorization": f"Bearer {metrics}"})
+        assert right.status == 200 and "agent_live_calls" in await right.text()
+
+
+@web.middleware
+async def _from_elsewhere(request: web.Request, handler: Handler) -> web.StreamResponse:
+    return await handler(request.clone(remote="203.0.113.9"))
 
 
 def summary() -> CallSummary:

@@ -27,6 +27,9 @@ TABLES = {
     "users",
     "sessions",
     "audit_log",
+    "api_tokens",
+    "media_tokens",
+    "seen_webhooks",
 }
 
 
@@ -64,7 +67,7 @@ def test_migrated_schema_matches_the_models(db_url: str) -> None:
         with engine.connect() as connection:
             head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
             current = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert current == head == "0005"
+            assert current == head == "0008"
     finally:
         engine.dispose()
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import copy
+import datetime as dt
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,10 @@ from typing import Any
 import pytest
 
 from agent.pricebook import DEFAULT_PATH, CallUsage, PriceBook, price_call
+from agent.records import TRANSPORTS, CallStarted, new_call_id
+from telephony.media_stream import CARRIERS
+
+ROOT = Path(__file__).resolve().parent.parent
 
 COMPONENTS = ["telephony", "stt", "llm", "tts", "tts_fallback"]
 
@@ -109,6 +115,47 @@ def test_zero_length_call_lists_every_component(book: PriceBook) -> None:
     assert cost.total_usd == 0
     assert cost.per_minute_usd is None
     assert cost.within_target
+
+
+def test_every_transport_a_call_can_take_is_priced(book: PriceBook) -> None:
+    # Issue 18: LiveKit had no price, and every LiveKit call failed at its end.
+    unpriced = [t for t in TRANSPORTS if t not in book.telephony_usd_per_minute]
+    assert not unpriced, f"infra/pricebook.toml has no telephony rate for {unpriced}"
+    for transport in TRANSPORTS:
+        assert price_call(book, "h100", CallUsage(transport, 60.0)).lines[0].component
+
+
+def test_the_transports_are_those_the_code_names() -> None:
+    """Every ``CallInfo(path=...)`` and ``Call(transport_name=...)`` in the code names one
+    of ``TRANSPORTS``, and each of them is named somewhere: a new path is priced or fails
+    here."""
+    named: set[str] = set()
+    unread: list[str] = []
+    for source in sorted([*ROOT.glob("agent/**/*.py"), *ROOT.glob("telephony/**/*.py")]):
+        for node in ast.walk(ast.parse(source.read_text(), str(source))):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func.id if isinstance(node.func, ast.Name) else None
+            keyword = {"CallInfo": "path", "Call": "transport_name"}.get(callee or "")
+            for arg in node.keywords:
+                if keyword is None or arg.arg != keyword:
+                    continue
+                if isinstance(arg.value, ast.Constant) and isinstance(arg.value.value, str):
+                    named.add(arg.value.value)
+                else:
+                    unread.append(f"{source.relative_to(ROOT)}: {ast.unparse(arg.value)}")
+    # Read at run time: the server passes a CallInfo's path on; a carrier's media stream
+    # is one of CARRIERS.
+    assert unread == ["agent/server.py: info.path", "telephony/media_stream.py: self.carrier"]
+    assert named | set(CARRIERS) == set(TRANSPORTS)
+
+
+def test_a_call_record_names_a_known_transport() -> None:
+    at = dt.datetime(2026, 12, 2, 15, 0, tzinfo=dt.UTC)
+    for transport in TRANSPORTS:
+        assert CallStarted(new_call_id(), transport, "inbound", at).transport == transport
+    with pytest.raises(ValueError, match="transport must be one of"):
+        CallStarted(new_call_id(), "carrier-pigeon", "inbound", at)
 
 
 def test_usage_that_cannot_be_priced(book: PriceBook) -> None:

@@ -705,19 +705,33 @@ async def _check_ranges(client: TestClient, call_id: str, data: bytes) -> None:
     tail = await client.get(url, headers={"Range": "bytes=-100"})
     assert tail.status == 206 and await tail.read() == data[-100:]
 
+    for whole in WHOLE:  # ranges that read it all are reads like any other
+        response = await client.get(url, headers={"Range": whole})
+        assert await response.read() == data, whole
+
     for bad in (f"bytes={len(data) + 10}-", "bytes=abc", "pages=1-2"):
         refused = await client.get(url, headers={"Range": bad})
         assert refused.status == 416, (bad, refused.status)
         assert refused.headers["Content-Range"] == f"bytes */{len(data)}"
 
 
+#: Ranges that read the whole recording.
+WHOLE = ("bytes=00-", "bytes=-999999999")
+
+
+def _ranges_read(data: bytes) -> list[str | None]:
+    """The ranges ``_check_ranges`` asks for, as the audit log records them."""
+    bad = [f"bytes={len(data) + 10}-", "bytes=abc", "pages=1-2"]
+    return [None, "bytes=44-1043", "bytes=-100", *WHOLE, *bad]
+
+
 def _plays(engine, call_id: str) -> list[AuditEntry]:
     with Session(engine) as session:
         return list(
             session.scalars(
-                select(AuditEntry).where(
-                    AuditEntry.action == "play_recording", AuditEntry.object_id == call_id
-                )
+                select(AuditEntry)
+                .where(AuditEntry.action == "play_recording", AuditEntry.object_id == call_id)
+                .order_by(AuditEntry.id)
             )
         )
 
@@ -737,9 +751,10 @@ async def test_the_console_plays_a_stored_recording_with_ranges(console, db_engi
 
     await log_in(client)
     await _check_ranges(client, "c-rec-file", data)
-    # One playing, one entry: the later ranges of the same playing are not entries of their own.
+    # Every read is an entry, whatever its range, with the range it asked for.
     plays = _plays(db_engine, "c-rec-file")
-    assert len(plays) == 1 and plays[0].user_id is not None
+    assert [play.detail for play in plays] == _ranges_read(data)
+    assert all(play.user_id is not None for play in plays)
 
     for missing in ("c-no-rec", "c-nowhere"):
         response = await client.get(f"/api/calls/{missing}/recording")
@@ -762,7 +777,7 @@ async def test_the_console_plays_a_recording_from_s3(console, db_engine, s3_endp
     assert (await client.get("/api/calls/c-rec-s3/recording")).status == 401
     await log_in(client)
     await _check_ranges(client, "c-rec-s3", data)
-    assert len(_plays(db_engine, "c-rec-s3")) == 1
+    assert [play.detail for play in _plays(db_engine, "c-rec-s3")] == _ranges_read(data)
     gone = await client.get("/api/calls/c-rec-s3-gone/recording")
     assert gone.status == 404
 

@@ -180,3 +180,44 @@ async def test_drain_stops_new_calls_and_waits_for_the_current_ones(small_client
 async def test_drain_of_an_idle_worker_answers_at_once(small_client):
     drained = await small_client.post("/drain")
     assert await drained.json() == {"drained": True, "calls": 0}
+
+
+async def an_offer() -> tuple[RTCPeerConnection, dict[str, str]]:
+    peer = RTCPeerConnection()
+    peer.addTrack(AudioStreamTrack())
+    await peer.setLocalDescription(await peer.createOffer())
+    return peer, {"sdp": peer.localDescription.sdp, "type": "offer"}
+
+
+async def test_the_call_page_is_limited_per_address_and_in_all(tmp_path):
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
+            "DATA_DIR": str(tmp_path),
+            "TRUST_FORWARDED_FOR": "1",
+            "CALL_PAGE_CALLS_PER_ADDRESS": "1",
+            "CALL_PAGE_MAX_CALLS": "2",
+        }
+    )
+    peers = []
+    async with AgentRuntime(settings, stub_models=True) as ctx:
+        async with TestClient(TestServer(make_app(ctx))) as client:
+
+            async def offer(address):
+                peer, body = await an_offer()
+                peers.append(peer)
+                headers = {"X-Forwarded-For": address}
+                return await client.post("/api/offer", json=body, headers=headers)
+
+            # Sent together, so that no call is registered before the others are judged.
+            first, again = await asyncio.gather(offer("203.0.113.1"), offer("203.0.113.1"))
+            assert sorted([first.status, again.status]) == [200, 429]
+            assert (await offer("203.0.113.2")).status == 200
+            full = await offer("203.0.113.3")
+            assert full.status == 503 and "call page" in (await full.json())["error"]
+            assert full.headers["Retry-After"]
+            # The page's limit leaves the rest of the worker's capacity to other callers.
+            ready = await (await client.get("/ready")).json()
+            assert ready == {"calls": 2, "capacity": 4, "draining": False}
+    for peer in peers:
+        await peer.close()

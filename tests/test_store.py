@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -196,8 +197,28 @@ async def test_duplicate_turn_is_skipped_and_later_records_land(
         assert call is not None and call.status == CallStatus.ENDED
         assert [(t.number, t.user_text) for t in call.turns] == [(1, "first"), (2, "second")]
         assert len(call.cost_lines) == 5
-    skipped = [r for r in caplog.records if "skipping invalid record" in r.getMessage()]
-    assert len(skipped) == 1 and "the duplicate" in skipped[0].getMessage()
+    skipped = [r for r in caplog.records if "skipping invalid TurnRecord" in r.getMessage()]
+    assert len(skipped) == 1 and call_id in skipped[0].getMessage()
+    assert "the duplicate" not in caplog.text  # what was said stays out of the log
+
+
+async def test_a_record_that_cannot_be_written_is_logged_without_what_was_said(
+    writer: StoreWriter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log names the record's type and call, never its fields: they hold transcripts."""
+    call_id = new_call_id()
+    said = "my card is 4111 1111 1111 1111, take two hundred"
+    writer.submit(started(call_id))
+    writer.submit(turn(call_id, 1, said))
+    with caplog.at_level(logging.WARNING, logger="agent.store"):
+        writer.submit(turn(call_id, 1, said))  # a duplicate: the database refuses it
+        # Not a boolean: SQLAlchemy refuses it, quoting it in its message.
+        writer.submit(dataclasses.replace(turn(call_id, 2, said), interrupted=said))
+        await writer.flush(timeout=10)
+    skipped = [r for r in caplog.records if r.getMessage().startswith("store: skipping")]
+    assert len(skipped) == 2
+    assert all("TurnRecord" in r.getMessage() and call_id in r.getMessage() for r in skipped)
+    assert "4111" not in caplog.text and "two hundred" not in caplog.text
 
 
 async def test_records_for_a_call_without_a_row_are_skipped(

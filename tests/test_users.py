@@ -12,32 +12,36 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.console.audit import BY_COMMAND_LINE, Actor
 from agent.console.cli import add_users_parser, run_users_command
 from agent.console.sessions import SessionPolicy, SessionStore
-from agent.console.users import UserError, Users
+from agent.console.users import Attempt, UserError, Users, check_password
 from agent.models import AuditEntry, Role, User, UserSession
 from agent.store import create_engine_for
 
 #: Cheap argon2 parameters: the tests check behaviour, not cost.
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 PASSWORD = "correct horse battery"
+NOW = dt.datetime(2026, 12, 9, 9, 0, tzinfo=dt.UTC)
 
 
 @pytest.fixture
 def users(db_engine: Engine) -> Users:
-    return Users(db_engine, FAST)
+    return Users(db_engine, FAST, clock=lambda: NOW)
 
 
 def test_an_added_user_logs_in_with_the_password_only(users: Users) -> None:
     added = users.add("Ann@Example.com", PASSWORD, "operator")
     assert (added.username, added.role, added.disabled) == ("ann@example.com", Role.OPERATOR, False)
-    assert added.created_at.tzinfo is not None
+    assert added.created_at == NOW
 
-    assert users.authenticate("ann@example.com", PASSWORD) == added
-    assert users.authenticate("  ANN@example.com ", PASSWORD) == added
-    assert users.authenticate("ann@example.com", PASSWORD + "x") is None
-    assert users.authenticate("bob@example.com", PASSWORD) is None
-    assert users.authenticate("not a name", PASSWORD) is None
+    assert users.authenticate("ann@example.com", PASSWORD) == Attempt(added, added.id)
+    assert users.authenticate("  ANN@example.com ", PASSWORD).account == added
+    wrong = Attempt(None, added.id, "wrong password")
+    assert users.authenticate("ann@example.com", PASSWORD + "x") == wrong
+    unknown = Attempt(None, None, "unknown username")
+    assert users.authenticate("bob@example.com", PASSWORD) == unknown
+    assert users.authenticate("not a name", PASSWORD) == unknown
     assert users.list() == [added]
 
 
@@ -66,7 +70,8 @@ def test_a_disabled_user_cannot_log_in_and_loses_their_sessions(
 
     disabled = users.disable("Ann")
     assert disabled.disabled
-    assert users.authenticate("ann", PASSWORD) is None
+    assert users.authenticate("ann", PASSWORD) == Attempt(None, ann.id, "account disabled")
+    assert users.authenticate("ann", "a wrong password").why == "wrong password"
     assert sessions.load(token, now) is None
     with Session(db_engine) as session:
         assert session.scalars(select(UserSession)).all() == []
@@ -76,15 +81,49 @@ def test_a_disabled_user_cannot_log_in_and_loses_their_sessions(
         users.disable("bob")
 
 
+def test_account_changes_are_audited_with_who_from_where_and_the_role(
+    users: Users, db_engine: Engine
+) -> None:
+    adam = users.add("adam", PASSWORD, "admin")
+    olga = users.add("olga", PASSWORD, "owner", by=Actor(adam.id, "192.0.2.7"))
+    users.disable("olga", by=Actor(adam.id, "192.0.2.7"))
+    with pytest.raises(UserError, match="your own account"):
+        users.disable("adam", by=Actor(adam.id, "192.0.2.7"))
+    with Session(db_engine) as session:
+        rows = [
+            (e.at, e.user_id, e.action, e.object_id, e.ip, e.detail)
+            for e in session.scalars(select(AuditEntry).order_by(AuditEntry.id))
+        ]
+    assert rows == [
+        (NOW, None, "user_add", str(adam.id), None, "role admin"),
+        (NOW, adam.id, "user_add", str(olga.id), "192.0.2.7", "role owner"),
+        (NOW, adam.id, "user_disable", str(olga.id), "192.0.2.7", None),
+    ]
+
+
 def test_a_hash_under_old_parameters_is_replaced_at_login(db_engine: Engine) -> None:
     Users(db_engine, FAST).add("ann", PASSWORD, "admin")
     stronger = PasswordHasher(time_cost=2, memory_cost=16, parallelism=1)
-    assert Users(db_engine, stronger).authenticate("ann", PASSWORD) is not None
+    assert Users(db_engine, stronger).authenticate("ann", PASSWORD).account is not None
     with Session(db_engine) as session:
         stored = session.scalars(select(User.password_hash)).one()
     assert "m=16,t=2,p=1" in stored
     assert not stronger.check_needs_rehash(stored)
-    assert Users(db_engine, stronger).authenticate("ann", PASSWORD) is not None
+    assert Users(db_engine, stronger).authenticate("ann", PASSWORD).account is not None
+
+
+@pytest.mark.parametrize(
+    "password",
+    [
+        PASSWORD,
+        "  " + PASSWORD + "  ",
+        "a long operator password",
+        "Tr0ub4dor&3-horse",
+        "n" + "9x!Kq" * 200,  # long: judged by its start
+    ],
+)
+def test_passwords_that_are_hard_to_guess_are_taken(password: str) -> None:
+    check_password(password, "ann")
 
 
 @pytest.mark.parametrize(
@@ -93,8 +132,18 @@ def test_a_hash_under_old_parameters_is_replaced_at_login(db_engine: Engine) -> 
         ("ann", "", "operator", "the password is empty"),
         ("ann", "            ", "operator", "the password is empty"),
         ("ann", "short", "operator", "too short: at least 12"),
+        ("ann", " " * 12 + "a", "operator", "too short: at least 12 characters, not counting"),
+        ("ann", "   a b c d   ", "operator", "too short"),
         ("ann", "x" * 1025, "operator", "too long"),
-        ("annabelle123", "ANNABELLE123", "operator", "must not be the username"),
+        ("ann", "aaaaaaaaaaaaaaab", "operator", "mostly one character"),
+        ("ann", "Zz.zzzzz.zzzz.zz", "operator", "mostly one character"),
+        ("annabelle123", "ANNABELLE123", "operator", "must not contain the username"),
+        ("ann@agency.example", "my name is Ann, hello", "operator", "must not contain"),
+        ("ann", "password1234", "operator", "too easy to guess: this is a very common password"),
+        ("ann", "Password1234!", "operator", "too easy to guess"),
+        ("ann", "qwertyuiopasdf", "operator", "too easy to guess"),
+        ("ann", "abcdefghijklmnop", "operator", "too easy to guess"),
+        ("ann", "1234567890123456", "operator", "too easy to guess"),
         ("ann", PASSWORD, "superuser", "unknown role 'superuser': one of operator, owner, admin"),
         ("", PASSWORD, "operator", "bad username"),
         ("ann smith", PASSWORD, "operator", "bad username"),
@@ -148,9 +197,20 @@ def test_the_command_adds_lists_and_disables(
     ]
     engine = create_engine_for(db_url)
     try:
-        assert Users(engine, FAST).authenticate("ann", PASSWORD) is not None
+        assert Users(engine, FAST).authenticate("ann", PASSWORD).account is not None
+        with Session(engine) as session:
+            rows = [
+                (e.user_id, e.ip, e.action, e.detail)
+                for e in session.scalars(select(AuditEntry).order_by(AuditEntry.id))
+            ]
     finally:
         engine.dispose()
+    command_line = (None, BY_COMMAND_LINE.ip)
+    assert rows == [
+        (*command_line, "user_add", "role owner"),
+        (*command_line, "user_add", "role operator"),
+        (*command_line, "user_disable", None),
+    ]
 
 
 def test_the_command_says_why_it_refused(

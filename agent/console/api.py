@@ -30,6 +30,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from agent.access import Anonymous, guard
 from agent.console.audit import audit
 from agent.console.auth import AUTH, Handler, require_role
 from agent.console.context import ENGINE, now
@@ -115,6 +116,7 @@ async def _json_errors(request: web.Request, handler: Handler) -> web.StreamResp
         return _error(exc.status, message, allow)
 
 
+@guard(Anonymous("the API's description: routes, not data"))
 async def openapi_json(request: web.Request) -> web.Response:
     """The API's OpenAPI document; public (it describes routes, not data)."""
     return web.json_response(request.app[OPENAPI])

@@ -3,27 +3,31 @@
 ``setup_auth`` installs a middleware that turns the session cookie into the
 request's user, and the ``/login`` and ``/logout`` routes; ``require_role``
 guards a handler. Anonymous requests to ``/api/`` get a 401 in JSON, to pages
-a redirect to the login form; a user without the role gets a 403. The guard
-also checks the CSRF token of every state-changing request, and marks what it
-serves ``no-store`` so personal data stays out of caches. See docs/console.md.
+a redirect to the login form; a user without the role gets a 403 (JSON, or a
+page in the console's layout). The guard also checks the CSRF token of every
+state-changing request, and marks what it serves ``no-store`` so personal data
+stays out of caches. Failed logins are slowed (``ratelimit``) and audited. See
+docs/console.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import functools
 import html
 import logging
 import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
+from string import Template
 from urllib.parse import quote
 
 from aiohttp import web
 from argon2 import PasswordHasher
 from sqlalchemy import Engine
 
+from agent.access import Anonymous, Refusal, guard
 from agent.console import csrf
 from agent.console.audit import write as write_audit
 from agent.console.context import (
@@ -37,7 +41,7 @@ from agent.console.context import (
     utc_now,
 )
 from agent.console.nav import home
-from agent.console.ratelimit import FailureLimiter, Limit
+from agent.console.ratelimit import LoginLimits, LoginThrottle
 from agent.console.sessions import SessionPolicy, SessionStore
 from agent.console.users import Users
 from agent.models import Role
@@ -49,19 +53,12 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: Said for an unknown user, a wrong password and a disabled account alike.
 _BAD_LOGIN = "Wrong username or password."
-_FIFTEEN_MINUTES = dt.timedelta(minutes=15)
-
-
-@dataclass(frozen=True)
-class LoginLimits:
-    """Failed logins allowed before ``/login`` answers 429.
-
-    Per username, against guessing one account's password from anywhere; per IP
-    address, looser because an office shares one, against spraying many accounts.
-    """
-
-    per_username: Limit = Limit(5, _FIFTEEN_MINUTES)
-    per_ip: Limit = Limit(20, _FIFTEEN_MINUTES)
+_LOGIN_PAGE = Path(__file__).parent / "templates" / "login.html"
+#: The login page's own policy: no script at all, its form posts only here.
+_LOGIN_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'"
+)
 
 
 class Auth:
@@ -76,8 +73,7 @@ class Auth:
     ) -> None:
         self.users = users
         self.sessions = sessions
-        self.by_username = FailureLimiter(limits.per_username)
-        self.by_ip = FailureLimiter(limits.per_ip)
+        self.throttle = LoginThrottle(limits)
         self.secure_cookies = secure_cookies
         # __Host-: the browser takes it only with Secure and Path=/ and no Domain, so a
         # sibling subdomain cannot plant one (the weak spot of double-submit cookies).
@@ -122,7 +118,7 @@ def setup_auth(
     for tests: time that moves on demand, argon2 parameters that cost little.
     """
     app[AUTH] = Auth(
-        Users(engine, hasher),
+        Users(engine, hasher, clock),
         SessionStore(engine, session_policy or SessionPolicy()),
         limits or LoginLimits(),
         secure_cookies,
@@ -130,14 +126,16 @@ def setup_auth(
     app[ENGINE] = engine
     app[CLOCK] = clock
     app.middlewares.append(_session_middleware)
-    app.router.add_get("/login", _login_form)
-    app.router.add_post("/login", _login)
-    app.router.add_post("/logout", _logout)
+    login = guard(Anonymous("the login form: a double-submit CSRF token, throttled"))
+    app.router.add_get("/login", login(_login_form))
+    app.router.add_post("/login", login(_login))
+    app.router.add_post("/logout", guard(Roles(*Role))(_logout))
 
 
 @web.middleware
 async def _session_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Load the user of the session cookie, if any; clear a cookie whose session is over."""
+    """Load the user of the session cookie, if any; clear a cookie whose session is over,
+    unless the response sets a new one (a login from a browser with an ended session)."""
     auth = request.app[AUTH]
     token = request.cookies.get(auth.session_cookie)
     ended = False
@@ -149,35 +147,54 @@ async def _session_middleware(request: web.Request, handler: Handler) -> web.Str
             request[USER] = account
             request[SESSION_TOKEN] = token
     response = await handler(request)
-    if ended and not response.prepared:
+    if ended and not response.prepared and auth.session_cookie not in response.cookies:
         auth.del_cookie(response, auth.session_cookie)
     return response
 
 
+@dataclass(frozen=True, init=False)
+class Roles:
+    """A logged-in user with one of ``roles`` (no role implies another), and for a
+    state-changing request the session's CSRF token. What it serves is ``no-store``."""
+
+    roles: frozenset[Role]
+
+    def __init__(self, *roles: Role) -> None:
+        if not roles:
+            raise ValueError("Roles needs at least one role")
+        object.__setattr__(self, "roles", frozenset(Role(role) for role in roles))
+
+    @property
+    def name(self) -> str:
+        return "role " + "/".join(sorted(self.roles)) + " with CSRF for state changes"
+
+    async def check(self, request: web.Request) -> Refusal | None:
+        if AUTH not in request.app:
+            raise RuntimeError("a Roles guard on an app without setup_auth")
+        user = current_user(request)
+        if user is None:
+            return Refusal(_anonymous(request))
+        if user.role not in self.roles:
+            return Refusal(_forbidden(request, user.role), presented=True)
+        if request.method not in _SAFE_METHODS and not await csrf.session_request_ok(request):
+            message = f"missing or wrong CSRF token ({csrf.HEADER} or {csrf.FIELD})"
+            return Refusal(_error(403, message), presented=True)
+        return None
+
+
 def require_role(*roles: Role) -> Callable[[Handler], Handler]:
-    """Let only users with one of ``roles`` through to the handler (no role implies another)."""
-    if not roles:
-        raise ValueError("require_role needs at least one role")
-    allowed = frozenset(Role(role) for role in roles)
+    """Let only users with one of ``roles`` through to the handler (``Roles``)."""
+    rule = Roles(*roles)
 
     def decorate(handler: Handler) -> Handler:
         @functools.wraps(handler)
-        async def guarded(request: web.Request) -> web.StreamResponse:
-            if AUTH not in request.app:
-                raise RuntimeError("require_role on an app without setup_auth")
-            user = current_user(request)
-            if user is None:
-                return _anonymous(request)
-            if user.role not in allowed:
-                return _error(403, f"a {user.role} may not see this")
-            if request.method not in _SAFE_METHODS and not await csrf.session_request_ok(request):
-                return _error(403, f"missing or wrong CSRF token ({csrf.HEADER} or {csrf.FIELD})")
+        async def no_store(request: web.Request) -> web.StreamResponse:
             response = await handler(request)
             if not response.prepared:
                 response.headers.setdefault("Cache-Control", "no-store")
             return response
 
-        return guarded
+        return guard(rule)(no_store)
 
     return decorate
 
@@ -186,6 +203,21 @@ def _anonymous(request: web.Request) -> web.Response:
     if request.path.startswith("/api/"):
         return _error(401, "log in first: POST /login")
     return _redirect(f"/login?next={quote(request.path_qs, safe='')}")
+
+
+def _forbidden(request: web.Request, role: Role) -> web.Response:
+    """A user without the route's role: JSON for the API, a page in the console's layout."""
+    message = f"a {role} may not see this"
+    if request.path.startswith("/api/"):
+        return _error(403, message)
+    # Imported here: the pages are guarded by this module.
+    from agent.console.pages import e, page
+
+    body = (
+        f"<h1>Not for your role</h1><p>{e(request.path)} is not open to the {e(role)} role.</p>"
+        f'<p><a href="{e(home(role))}">Back to your start page</a></p>'
+    )
+    return page(request, "Not for your role", body, status=403)
 
 
 async def _login_form(request: web.Request) -> web.Response:
@@ -208,25 +240,36 @@ async def _login(request: web.Request) -> web.Response:
         return _login_page(None, next_path, "The form expired: reload the page.", status=403)
 
     at = now(request.app)
-    ip = request.remote or "unknown"
-    user_key = username.strip().lower()[:254]
-    waits = [auth.by_ip.retry_after(ip, at), auth.by_username.retry_after(user_key, at)]
-    wait = max((w for w in waits if w is not None), default=None)
+    address = request.remote or "unknown"
+    account_key = username.strip().lower()[:254]
+    wait = auth.throttle.retry_after(account_key, address, at)
     if wait is not None:
-        logger.warning("console login from %s refused: too many failures", ip)
-        response = _login_page(token, next_path, "Too many failed logins: wait.", status=429)
-        response.headers["Retry-After"] = str(math.ceil(wait))
+        logger.warning("console login from %s refused: too many failures", address)
+        seconds = math.ceil(wait)
+        message = f"Too many failed logins: try again in {seconds} seconds."
+        response = _login_page(token, next_path, message, status=429)
+        response.headers["Retry-After"] = str(seconds)
         return response
     # Counted before it is judged, so concurrent guesses cannot all slip under the limit.
-    auth.by_ip.failed(ip, at)
-    auth.by_username.failed(user_key, at)
+    auth.throttle.failed(account_key, address, at)
 
-    account = await asyncio.to_thread(auth.users.authenticate, username, password)
+    attempt = await asyncio.to_thread(auth.users.authenticate, username, password)
+    account = attempt.account
     if account is None:
-        logger.info("failed console login from %s", ip)
+        logger.info("failed console login from %s", address)
+        # The account the name is of, never the name typed: that is sometimes a password.
+        await asyncio.to_thread(
+            write_audit,
+            request.app[ENGINE],
+            at=at,
+            user_id=None,
+            action="login_failed",
+            object_id=None if attempt.user_id is None else str(attempt.user_id),
+            ip=request.remote,
+            detail=attempt.why,
+        )
         return _login_page(token, next_path, _BAD_LOGIN, status=401)
-    auth.by_ip.forgive(ip, at)
-    auth.by_username.reset(user_key)
+    auth.throttle.succeeded(account_key, address, at)
 
     session_token = await asyncio.to_thread(
         auth.sessions.create,
@@ -245,7 +288,7 @@ async def _login(request: web.Request) -> web.Response:
         object_id=None,
         ip=request.remote,
     )
-    logger.info("user %s logged in to the console from %s", account.username, ip)
+    logger.info("user %s logged in to the console from %s", account.username, address)
     response = _redirect(next_path or home(account.role))
     auth.set_cookie(response, auth.session_cookie, session_token)
     auth.del_cookie(response, auth.csrf_cookie)
@@ -256,10 +299,7 @@ async def _logout(request: web.Request) -> web.Response:
     auth = request.app[AUTH]
     user = current_user(request)
     token = request.get(SESSION_TOKEN)
-    if user is None or token is None:
-        return _redirect("/login")
-    if not await csrf.session_request_ok(request):
-        return _error(403, f"missing or wrong CSRF token ({csrf.FIELD})")
+    assert user is not None and token is not None  # behind Roles
     await asyncio.to_thread(auth.sessions.end, token)
     await asyncio.to_thread(
         write_audit,
@@ -298,41 +338,34 @@ def _redirect(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location, "Cache-Control": "no-store"})
 
 
+@functools.cache
+def _login_template() -> Template:
+    return Template(_LOGIN_PAGE.read_text(encoding="utf-8"))
+
+
 def _login_page(
     token: str | None, next_path: str | None, message: str | None = None, status: int = 200
 ) -> web.Response:
-    """The plain login form. Without a token (a stale form) it only asks for a reload."""
-    note = f'<p role="alert">{html.escape(message)}</p>' if message else ""
+    """The login form. Without a token (a stale form) it only asks for a reload."""
+    note = f'<p class="flag" role="alert">{html.escape(message)}</p>' if message else ""
     form = ""
     if token is not None:
         hidden = (
             f'<input type="hidden" name="next" value="{html.escape(next_path)}">'
-            if (next_path)
+            if next_path
             else ""
         )
-        form = f"""<form method="post" action="/login">
+        form = f"""<form class="login" method="post" action="/login">
 <input type="hidden" name="{csrf.FIELD}" value="{html.escape(token)}">{hidden}
-<label>Username <input name="username" autocomplete="username" required autofocus></label>
-<label>Password <input name="password" type="password" autocomplete="current-password" required>
-</label>
+<label>Username <input name="username" autocomplete="username" maxlength="254" required
+ autofocus></label>
+<label>Password <input name="password" type="password" autocomplete="current-password"
+ maxlength="1024" required></label>
 <button type="submit">Log in</button>
 </form>"""
-    body = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>Console: log in</title>
-<style>body{{font-family:system-ui,sans-serif;max-width:22rem;margin:4rem auto}}
-label{{display:block;margin:.8rem 0}}input{{width:100%}}</style></head>
-<body><h1>Console</h1>{note}{form}</body></html>
-"""
     return web.Response(
-        text=body,
+        text=_login_template().substitute(note=note, form=form),
         content_type="text/html",
         status=status,
-        headers={
-            "Cache-Control": "no-store",
-            "X-Frame-Options": "DENY",
-            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
-            "form-action 'self'; frame-ancestors 'none'",
-        },
+        headers={"Cache-Control": "no-store", "Content-Security-Policy": _LOGIN_CSP},
     )

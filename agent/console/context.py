@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from sqlalchemy import Engine
 
-from agent.console.users import Account
+if TYPE_CHECKING:  # users writes audit entries, which read this module
+    from agent.console.users import Account
 
 Clock = Callable[[], dt.datetime]
 
@@ -26,7 +28,7 @@ ENGINE = web.AppKey("console_engine", Engine)
 #: Injectable so tests can move time through session expiry and rate-limit windows.
 CLOCK = web.AppKey[Clock]("console_clock")
 #: The logged-in user, set by the session middleware; absent for anonymous requests.
-USER = web.RequestKey("console_user", Account)
+USER = web.RequestKey["Account"]("console_user")
 #: The raw session token from the cookie (never logged); the CSRF token derives from it.
 SESSION_TOKEN = web.RequestKey("console_session_token", str)
 

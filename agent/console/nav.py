@@ -15,6 +15,7 @@ NAV = (
     ("/console/dashboard", "Dashboard", (Role.OWNER,)),
     ("/console/audit", "Audit log", (Role.OWNER, Role.ADMIN)),
     ("/console/users", "Users", (Role.ADMIN,)),
+    ("/console/tokens", "API tokens", (Role.ADMIN,)),
 )
 
 

@@ -694,7 +694,11 @@ def _promises(promises: list[Any]) -> str:
 
 @require_role(Role.OPERATOR, Role.OWNER)
 async def call_detail(request: web.Request) -> web.StreamResponse:
-    call_id = request.match_info["call_id"]
+    try:
+        call_id = q.segment(request.match_info, "call_id", CALL_ID_LENGTH)
+    except QueryError as exc:
+        body = f'<h1>No such call</h1><p>{e(exc)}.</p><p><a href="/console">Back to calls</a></p>'
+        return page(request, "No such call", body, status=400)
     try:
         view = await asyncio.to_thread(load_call, request.app[ENGINE], call_id, now(request.app))
     except LookupError:

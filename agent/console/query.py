@@ -1,11 +1,13 @@
-"""Reading the console's query strings: one strict reader for the pages and the API.
+"""Reading the console's parameters: one strict reader for the pages and the API.
 
 A parameter the console cannot use is refused with a message that names it
 (the pages answer 400 with the form and the message, the API a JSON 400),
 never read as something else and never left to fail deeper down as a 500:
 dates are checked against a range with room on both sides (a day after the
-last still exists), text against its length and control characters (which
-PostgreSQL refuses in strings), flags against the words for yes and no.
+last still exists), text and path segments against their length and control
+characters (which PostgreSQL refuses in strings), flags against the words for
+yes and no. ``agent.hygiene`` refuses the worst of it for every route first;
+these checks are the handlers' own, with each parameter's own limit.
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ def text(query: Mapping[str, str], name: str, max_length: int) -> str:
     if _CONTROL.search(value):
         raise QueryError(f"{name} must not contain control characters")
     return value.strip()
+
+
+def segment(match_info: Mapping[str, str], name: str, max_length: int) -> str:
+    """A path parameter (``/console/calls/{call_id}``): 1 to ``max_length`` characters."""
+    value = match_info.get(name, "")
+    if not 1 <= len(value) <= max_length or _CONTROL.search(value):
+        raise QueryError(f"{name} must be 1 to {max_length} characters, without control characters")
+    return value
 
 
 def day(query: Mapping[str, str], name: str) -> dt.date | None:

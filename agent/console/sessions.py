@@ -70,7 +70,8 @@ class SessionStore:
                     expires_at=min(now + self.policy.idle, now + self.policy.lifetime),
                     last_seen_at=now,
                     user_agent=user_agent[:256] if user_agent else None,
-                    ip=ip,
+                    # A proxy's X-Forwarded-For is whatever the proxy was sent.
+                    ip=ip[:45] if ip else None,
                 )
             )
         return token

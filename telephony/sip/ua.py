@@ -76,12 +76,18 @@ async def open_rtp(host: str) -> MediaSession:
 
 @dataclass
 class DialResult:
-    """How an outbound attempt ended: ``answered``, ``busy``, ``no_answer`` or ``failed``."""
+    """How an outbound attempt ended: ``answered``, ``busy``, ``no_answer`` or ``failed``.
+
+    ``reached`` is False when nothing answered the INVITE at all, not even 100 Trying
+    (nothing listens at the address, the host is down or unreachable, the name does not
+    resolve): the call never left for the phone network, so no phone rang.
+    """
 
     outcome: str
     status: int | None = None
     reason: str = ""
     call: SipCall | None = None
+    reached: bool = True
 
 
 class RateLimiter:
@@ -547,7 +553,7 @@ class SipEndpoint:
             host, port = uri_host_port(self.outbound_proxy or uri)
             infos = await self.loop.getaddrinfo(host, port, type=2)  # SOCK_DGRAM
         except (ValueError, OSError) as exc:
-            return DialResult("failed", reason=f"cannot reach {uri}: {exc}")
+            return DialResult("failed", reason=f"cannot reach {uri}: {exc}", reached=False)
         destination: Address = (str(infos[0][4][0]), int(infos[0][4][1]))
         session = await self.media(self.host)
         local = sdp.LocalSession(self.host, session.local_address[1])
@@ -571,6 +577,11 @@ class SipEndpoint:
                 remaining = max(0.0, deadline - self.loop.time())
                 response = await asyncio.wait_for(asyncio.shield(txn.final), remaining)
             except TimeoutError:
+                if not txn.proceeding:
+                    # Silence since the INVITE: a dead trunk, not a phone left ringing. The
+                    # INVITE is abandoned (hung up should it be answered after all).
+                    self._spawn(self._abandon(invite, destination, txn.final, session))
+                    return DialResult("failed", reason="no response to INVITE", reached=False)
                 cancelled = await self._cancel(invite, destination, txn.final)
                 if cancelled is None or cancelled.status >= 300:
                     await session.close()
@@ -582,7 +593,9 @@ class SipEndpoint:
                 response = cancelled
             except TransactionTimeout:
                 await session.close()
-                return DialResult("failed", reason="no response to INVITE (timer B)")
+                return DialResult(
+                    "failed", reason="no response to INVITE (timer B)", reached=txn.proceeding
+                )
             except asyncio.CancelledError:
                 # Whoever dialed gave up (a campaign stopped): the phone must stop ringing.
                 self._spawn(self._abandon(invite, destination, txn.final, session))
