@@ -11,6 +11,7 @@ import asyncio
 import base64
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiohttp import web
@@ -194,3 +195,40 @@ async def test_loopback_admits_the_workers_own_host_only() -> None:
         request = request.clone(remote=host)
         assert (await rule.check(request) is None) is admitted
     assert rules_of(object()) is None
+
+
+def documented_roles() -> list[tuple[str | None, str, frozenset[Role]]]:
+    """docs/console.md's role table: (method or None, path, the roles marked yes) for each
+    path it names; a path ending in ``...`` stands for those under it."""
+    text = (Path(__file__).parent.parent / "docs" / "console.md").read_text()
+    header = "| | operator | owner | admin |"
+    table = text[text.index(header) :].split("\n\n")[0].splitlines()[2:]
+    found = []
+    for row in table:
+        what, *marks = (cell.strip() for cell in row.strip("|").split("|"))
+        roles = frozenset(r for r, m in zip(Role, marks, strict=True) if m == "yes")
+        for method, path in re.findall(r"`(?:(GET|POST) )?(/[^`]*)`", what):
+            found.append((method or None, path, roles))
+    assert found, "docs/console.md has no role table"
+    return found
+
+
+def _shape(path: str) -> str:
+    return re.sub(r"\{[^}]*\}", "{}", path)
+
+
+def test_the_docs_role_table_says_what_the_guards_do(app: web.Application) -> None:
+    guarded = [(m, _shape(p), roles_rule(r)) for m, p, r in routes(app) if roles_rule(r)]
+    wrong = []
+    for method, path, roles in documented_roles():
+        shape = _shape(path)
+        matches = [
+            (m, p, rule)
+            for m, p, rule in guarded
+            if method in (None, m)
+            and (p == shape or shape.endswith("...") and p.startswith(shape[:-3]))
+        ]
+        if not matches:
+            wrong.append(f"{path}: no route with a role guard")
+        wrong += [f"{m} {p}: {sorted(rule.roles)}" for m, p, rule in matches if rule.roles != roles]
+    assert wrong == []

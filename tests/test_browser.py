@@ -118,9 +118,8 @@ def test_browser_call_reaches_the_database_and_survives_a_server_crash(tmp_path)
                 page.goto(f"http://127.0.0.1:{PORT}/")
                 page.click("#call")
                 page.wait_for_selector(".line.caller", timeout=120_000)
-                page.wait_for_function(
-                    "document.querySelectorAll('.line.agent').length >= 2", timeout=120_000
-                )
+                # A locator, not wait_for_function: the page's CSP (no eval) holds for the test.
+                page.locator(".line.agent").nth(1).wait_for(timeout=120_000)
                 call_id = page.evaluate("window.agentCall.callId()")
                 energy = page.evaluate("window.agentCall.agentAudioEnergy()")
                 page.screenshot(path=str(tmp_path / "call.png"))
