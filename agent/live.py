@@ -51,13 +51,40 @@ class LiveCall:
             queue.put_nowait(None)
 
 
+class Reservation:
+    """A place among the worker's calls, taken when a call is offered (before a SIP INVITE
+    rings, before a WebRTC offer is answered) and held while it is answered.
+
+    The call then occupies this very place (``LiveCalls.add``), so calls offered together
+    cannot all pass the check before the first is registered, and a caller is never answered
+    only to be refused. Every other way out (cancelled while ringing, never acknowledged, an
+    error) releases it, with ``release()`` or at the end of a ``with`` block; once the call
+    has the place, releasing it does nothing.
+    """
+
+    def __init__(self, calls: LiveCalls) -> None:
+        self._calls = calls
+        self.held = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self._calls._vacate()
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.release()
+
+
 class LiveCalls:
     """Calls this process is carrying, by id; each is dropped a while after it ends.
 
     It is also what decides whether the worker takes another call: at most
-    ``capacity`` at once, and none once it is draining (shutting down: the
-    calls in progress finish, no new one starts), so a load balancer reading
-    ``/ready`` sends calls elsewhere.
+    ``capacity`` at once, places reserved for calls being answered included, and
+    none once it is draining (shutting down: the calls in progress finish, no new
+    one starts), so a load balancer reading ``/ready`` sends calls elsewhere.
     """
 
     def __init__(self, capacity: int = 1_000_000, keep_ended_s: float = 300.0) -> None:
@@ -65,14 +92,15 @@ class LiveCalls:
         self._keep_ended_s = keep_ended_s
         self.capacity = capacity
         self.draining = False
+        self._reserved = 0
         self._deadline: float | None = None
         self._changed = asyncio.Event()
         self._page_offers: Counter[str] = Counter()
 
     @property
     def active(self) -> int:
-        """Calls in progress (started and not yet ended)."""
-        return sum(not live.finished for live in self._calls.values())
+        """Calls in progress (started and not yet ended) and calls being answered (reserved)."""
+        return self._reserved + sum(not live.finished for live in self._calls.values())
 
     @property
     def accepting(self) -> bool:
@@ -81,15 +109,27 @@ class LiveCalls:
     def get(self, call_id: str) -> LiveCall | None:
         return self._calls.get(call_id)
 
-    def admit(self) -> None:
-        """Raise ``LineBusy`` unless another call may start now."""
+    def reserve(self) -> Reservation:
+        """A place for a call about to be answered; ``LineBusy`` when the worker is full or
+        draining."""
         if self.draining:
             raise LineBusy("this worker is shutting down: no new calls")
         if self.active >= self.capacity:
             raise LineBusy(f"this worker is full ({self.capacity} calls)")
+        self._reserved += 1
+        return Reservation(self)
 
-    def add(self, live: LiveCall) -> None:
+    def add(self, live: LiveCall, reservation: Reservation) -> None:
+        """Register ``live`` in the place ``reservation`` held for it."""
+        if not reservation.held:
+            raise RuntimeError("a call can only take a place reserved and not yet released")
+        reservation.held = False
+        self._reserved -= 1
         self._calls[live.call.id] = live
+
+    def _vacate(self) -> None:
+        self._reserved -= 1
+        self._changed.set()
 
     async def drain(self, timeout_s: float) -> int:
         """Take no new calls; wait up to ``timeout_s`` for those in progress to end.

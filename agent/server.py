@@ -31,7 +31,7 @@ import json
 import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -64,7 +64,7 @@ from agent.dialer import (
     read_campaign,
 )
 from agent.hygiene import add_security
-from agent.live import CALLS, LiveCall, LiveCalls
+from agent.live import CALLS, LiveCall, LiveCalls, Reservation
 from agent.metrics import add_metrics, observe_call
 from agent.models import Role
 from agent.policy import Account, ConversationPolicy, Templates
@@ -140,14 +140,16 @@ async def offer(request: web.Request) -> web.Response:
     try:
         if calls.page_calls() >= ctx.settings.call_page_max_calls:
             raise LineBusy("the call page carries all the calls it may now: try again later")
-        calls.admit()
+        reservation = calls.reserve()
     except LineBusy as e:
         return _busy(e)
-    with calls.page_offer(address):
-        return await _answer_offer(request, address)
+    with reservation, calls.page_offer(address):
+        return await _answer_offer(request, address, reservation)
 
 
-async def _answer_offer(request: web.Request, address: str) -> web.Response:
+async def _answer_offer(
+    request: web.Request, address: str, reservation: Reservation
+) -> web.Response:
     ctx, calls = request.app[CTX], request.app[CALLS]
     try:
         body = await request.json()
@@ -159,11 +161,7 @@ async def _answer_offer(request: web.Request, address: str) -> web.Response:
         return _error(400, str(e))
 
     transport = transport_for(connection, ctx.settings.audio_in_sample_rate)
-    try:
-        started = start_call(request.app, transport, CallInfo(path="webrtc"))
-    except LineBusy as e:  # the last place went while the offer was being answered
-        await connection.disconnect()
-        return _busy(e)
+    started = start_call(request.app, transport, CallInfo(path="webrtc"), reservation=reservation)
     live = calls.get(started.call_id)
     assert live is not None
     live.page_address = address
@@ -180,30 +178,34 @@ def start_call(
     transport: BaseTransport,
     info: CallInfo,
     account: Account | None = None,
+    reservation: Reservation | None = None,
 ) -> StartedCall:
     """Start a call on ``transport`` the same way whatever path carried it: the policy, the
-    records, the greeting once the peer is connected, the end when the peer is gone."""
+    records, the greeting once the peer is connected, the end when the peer is gone.
+
+    The call takes the place ``reservation`` holds for it (taken when it was offered, before
+    it was answered); without one it takes a place now (``LineBusy`` when there is none)."""
     ctx, calls = app[CTX], app[CALLS]
-    calls.admit()
-    number = info.remote_number
-    if account is None:
-        account, number = inbound_account(ctx, info)
-    # The policy reads "tonight" in the consumer's zone, on its own clock.
-    policy = ConversationPolicy(account, Templates(ctx.prompts.templates))
-    live: LiveCall
-    call = Call(
-        ctx,
-        transport,
-        transport_name=info.path,
-        direction=info.direction,
-        on_transcript=lambda s, t: live.publish(s, t),
-        policy=policy,
-        number=number,
-        campaign=info.campaign,
-        sample_rate=info.sample_rate,
-    )
-    live = LiveCall(call)
-    calls.add(live)
+    with reservation or calls.reserve() as place:
+        number = info.remote_number
+        if account is None:
+            account, number = inbound_account(ctx, info)
+        # The policy reads "tonight" in the consumer's zone, on its own clock.
+        policy = ConversationPolicy(account, Templates(ctx.prompts.templates))
+        live: LiveCall
+        call = Call(
+            ctx,
+            transport,
+            transport_name=info.path,
+            direction=info.direction,
+            on_transcript=lambda s, t: live.publish(s, t),
+            policy=policy,
+            number=number,
+            campaign=info.campaign,
+            sample_rate=info.sample_rate,
+        )
+        live = LiveCall(call)
+        calls.add(live, place)
 
     @transport.event_handler("on_client_connected")
     async def _connected(_transport: Any, _client: Any) -> None:
@@ -328,21 +330,33 @@ async def _end_calls(app: web.Application) -> None:
     await asyncio.gather(*late, return_exceptions=True)
 
 
-async def _answer_sip(app: web.Application, line: SipCall) -> None:
-    """An inbound SIP call: pick up (unless this worker is full: 503), then hold it as any other."""
-    app[CALLS].admit()
-    await line.answer()
-    if line.state == "confirmed":  # not cancelled while ringing
-        await converse(app, line)
+def _take_sip(app: web.Application, line: SipCall) -> Awaitable[None]:
+    """An inbound SIP call, before it rings: a place among this worker's calls, else
+    ``LineBusy`` (the UA answers 503 with Retry-After and never rings); then it is answered
+    in that place."""
+    return _answer_sip(app, line, app[CALLS].reserve())
+
+
+async def _answer_sip(app: web.Application, line: SipCall, reservation: Reservation) -> None:
+    """Pick up and hold the call as any other; its place is freed however it goes (cancelled
+    while ringing, our answer never acknowledged, an error, the call's end)."""
+    with reservation:
+        await line.answer()
+        if line.state == "confirmed":  # not cancelled while ringing
+            await converse(app, line, reservation=reservation)
 
 
 async def converse(
-    app: web.Application, line: SipCall, account: Account | None = None
+    app: web.Application,
+    line: SipCall,
+    account: Account | None = None,
+    reservation: Reservation | None = None,
 ) -> Conversation:
     """Hold the conversation on an answered SIP call (about ``account``'s debt when it is an
     outbound one, ``agent.dialer``); hand the caller to a person when the conversation asked
-    for one (REFER to ``TRANSFER_TARGET``), else hang up when it is over."""
-    started = start_call(app, line.transport(), line.info, account)
+    for one (REFER to ``TRANSFER_TARGET``), else hang up when it is over. An inbound call
+    brings the place reserved for it before it rang; an outbound one takes a place now."""
+    started = start_call(app, line.transport(), line.info, account, reservation)
     live = app[CALLS].get(started.call_id)
     assert live is not None  # start_call registered it
     policy = live.call.policy
@@ -480,7 +494,7 @@ async def _start_sip(app: web.Application) -> None:
     endpoint = SipEndpoint(
         settings.sip_host,
         settings.sip_port,
-        on_call=lambda line: _answer_sip(app, line),
+        on_call=partial(_take_sip, app),
         credentials=settings.sip_credentials or None,
         allow=settings.sip_allow,
         trunk_auth=settings.sip_trunk_auth,

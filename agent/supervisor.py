@@ -9,8 +9,8 @@ in one. ``python -m agent serve --workers N`` is this module:
   URL is set) and every worker is given their URLs, so N workers do not load
   N copies of the models;
 - **workers** are ``python -m agent serve`` child processes, worker ``i`` on
-  ``PORT + 1 + i`` (and ``SIP_PORT + 1 + i`` when SIP is on), bound to the
-  loopback address, with ``WORKER_ID`` ``<host>-w<i>`` so that a worker
+  ``PORT + 1 + i`` (and ``SIP_PORT + 1 + i`` on ``SIP_HOST`` when SIP is on),
+  HTTP bound to the loopback address, with ``WORKER_ID`` ``<host>-w<i>`` so that a worker
   started again closes only its own dead calls; a worker that dies is started
   again (after 1 s, doubling to 30 s while it keeps dying);
 - the **entry** is an HTTP reverse proxy on ``HOST:PORT``. What starts a call
@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import ipaddress
 import itertools
 import logging
 import os
@@ -110,6 +111,18 @@ class Worker:
         }
 
 
+def workers_sip_host(sip_host: str) -> str:
+    """The address the workers' SIP endpoints listen on and advertise: ``SIP_HOST`` (by
+    default ``HOST``), except a wildcard (``0.0.0.0``, ``::``: the entry listening on every
+    interface), which is no address a Contact or an SDP can name; then the loopback, which
+    a Kamailio on the same machine reaches."""
+    try:
+        wildcard = ipaddress.ip_address(sip_host).is_unspecified
+    except ValueError:  # a host name
+        wildcard = False
+    return "127.0.0.1" if wildcard else sip_host
+
+
 class Supervisor:
     """Starts the workers, keeps them running, and spreads the HTTP requests over them."""
 
@@ -119,6 +132,7 @@ class Supervisor:
         host = socket.gethostname()
         sip = settings.sip_port
         self.settings = settings
+        self.sip_host = workers_sip_host(settings.sip_host)
         self.workers = [
             Worker(
                 index=i,
@@ -149,7 +163,7 @@ class Supervisor:
             TRUST_FORWARDED_FOR="1",
         )
         if worker.sip_port is not None:
-            env["SIP_PORT"] = str(worker.sip_port)
+            env.update(SIP_HOST=self.sip_host, SIP_PORT=str(worker.sip_port))
         return env
 
     async def _spawn(self, worker: Worker) -> None:
@@ -207,8 +221,12 @@ class Supervisor:
             await asyncio.sleep(POLL_S)
 
     def write_dispatcher_list(self, path: Path) -> None:
-        """Kamailio's dispatcher list (set 1) over the workers' SIP ports."""
-        lines = [f"1 sip:127.0.0.1:{w.sip_port}\n" for w in self.workers if w.sip_port is not None]
+        """Kamailio's dispatcher list (set 1): each worker's SIP address, the one it listens
+        on and puts in its Contact and SDP (``sip_host``), so the edge reaches the workers
+        wherever it runs."""
+        lines = [
+            f"1 sip:{self.sip_host}:{w.sip_port}\n" for w in self.workers if w.sip_port is not None
+        ]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("# set destination (written by agent.supervisor)\n" + "".join(lines))
 

@@ -370,6 +370,12 @@ def add_listen_route(
     return batcher
 
 
+def open_streams(app: web.Application) -> int:
+    """The ``/v1/listen`` streams open now (in ``/health``): a client that leaves its
+    streams open after its calls have ended shows here."""
+    return sum(not ws.closed for ws in app[SESSIONS])
+
+
 def create_app(
     transcriber: Transcriber,
     *,
@@ -377,7 +383,8 @@ def create_app(
     window_ms: float = DEFAULT_WINDOW_MS,
     max_batch: int = DEFAULT_MAX_BATCH,
 ) -> web.Application:
-    """The STT server: ``/health`` (backend, model, the batcher's counters) and ``/v1/listen``."""
+    """The STT server: ``/health`` (backend, model, open streams, the batcher's counters)
+    and ``/v1/listen``."""
     app = web.Application()
     batcher = add_listen_route(app, transcriber, window_ms=window_ms, max_batch=max_batch)
 
@@ -388,7 +395,13 @@ def create_app(
             **batcher.stats.as_dict(),
         }
         return web.json_response(
-            {"status": "ok", "backend": backend, "model": transcriber.name, "batching": batching}
+            {
+                "status": "ok",
+                "backend": backend,
+                "model": transcriber.name,
+                "open_streams": open_streams(request.app),
+                "batching": batching,
+            }
         )
 
     app.router.add_get("/health", health)

@@ -24,7 +24,7 @@ import numpy as np
 from aiohttp import web
 
 from infra.serving import RequestError, json_object, parse_server_arguments, server_arguments
-from infra.stt_server import add_listen_route
+from infra.stt_server import add_listen_route, open_streams
 from infra.tts_server import add_speech_route
 
 logger = logging.getLogger(__name__)
@@ -172,6 +172,7 @@ def create_app(
                 "model": STUB_MODEL,
                 "voice": synthesizer.name,
                 "sample_rate": synthesizer.sample_rate,
+                "open_streams": open_streams(request.app),
             }
         )
 

@@ -108,7 +108,8 @@ async def test_a_call_this_process_holds_shows_its_stage_and_last_line(console) 
     policy = SimpleNamespace(stage="verification", account=SimpleNamespace(consumer_name="Jo"))
     live = LiveCall(call=SimpleNamespace(id="c-live-1", policy=policy))  # type: ignore[arg-type]
     live.publish("agent", "Can you confirm your date of birth? <b>now</b>")
-    client.server.app[CALLS].add(live)
+    calls = client.server.app[CALLS]
+    calls.add(live, calls.reserve())
     page = await (await client.get("/console/live")).text()
     assert "verification" in page
     assert "agent: Can you confirm your date of birth? &lt;b&gt;now&lt;/b&gt;" in page

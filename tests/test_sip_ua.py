@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
@@ -18,13 +18,20 @@ from telephony.sip_transport import SipTransport
 FAST = Timers(t1=0.05, t2=0.2, t4=0.2)
 
 
-async def callee_app(call: SipCall) -> None:
+def callee_app(call: SipCall) -> Awaitable[None]:
+    """Asked before the call rings: ``busy`` is refused there; the rest ring."""
+    if call.info.local_number == "busy":
+        raise LineBusy("this worker is full (1 calls)")
+    return ringing(call)
+
+
+async def ringing(call: SipCall) -> None:
     action = call.info.local_number
     if action == "ring":
         await call.ended.wait()
     elif action == "decline":
         await call.hang_up()
-    elif action == "busy":
+    elif action == "full":  # found full only once it rang
         raise LineBusy("this worker is full (1 calls)")
     else:
         await call.answer()
@@ -84,8 +91,9 @@ async def test_declined_and_no_answer(callee: SipEndpoint) -> None:
         declined = await ua.invite(f"sip:decline@127.0.0.1:{callee.port}")
         assert (declined.outcome, declined.status) == ("failed", 603)
         # A full or draining worker: 503, so the edge tries another.
-        busy = await ua.invite(f"sip:busy@127.0.0.1:{callee.port}")
-        assert busy.status == 503
+        for user in ("busy", "full"):
+            busy = await ua.invite(f"sip:{user}@127.0.0.1:{callee.port}")
+            assert busy.status == 503
         unanswered = await ua.invite(f"sip:ring@127.0.0.1:{callee.port}", ring_timeout=0.3)
         assert (unanswered.outcome, unanswered.status) == ("no_answer", 487)
         for call in list(callee.calls.values()):
@@ -197,6 +205,89 @@ async def test_an_invite_we_could_not_hang_up_on_is_refused_before_media(contact
         transport.sendto(raw_request("INVITE", "c1", contact), ("127.0.0.1", ua.port))
         statuses = [(await asyncio.wait_for(peer.responses.get(), 5)).status for _ in range(2)]
         assert statuses == [100, 400] and ua.calls == {}
+    finally:
+        transport.close()
+        await ua.close()
+
+
+class Media:
+    """A stand-in RTP session that says whether it was closed."""
+
+    local_address = ("127.0.0.1", 4002)
+
+    def __init__(self) -> None:
+        self.closed = asyncio.Event()
+
+    def start(
+        self, remote: tuple[str, int], codec: str, dtmf_payload_type: int | None, direction: str
+    ) -> None:
+        raise AssertionError("no media for a call that was never answered")
+
+    def update(
+        self, *, remote: tuple[str, int] | None = None, direction: str | None = None
+    ) -> None:
+        raise AssertionError("no media for a call that was never answered")
+
+    async def close(self) -> None:
+        self.closed.set()
+
+
+@pytest.mark.parametrize(
+    ("refusal", "status"), [(LineBusy("this worker is full (1 calls)"), 503), (KeyError("x"), 500)]
+)
+async def test_a_call_refused_before_it_rings_never_rings(refusal: Exception, status: int) -> None:
+    opened: list[Media] = []
+
+    async def media(host: str) -> MediaSession:
+        opened.append(Media())
+        return opened[-1]
+
+    def refuse(call: SipCall) -> Awaitable[None]:
+        raise refusal
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=refuse, timers=FAST, media=media)
+    await ua.start()
+    transport, peer = await raw_peer()
+    try:
+        transport.sendto(raw_request("INVITE", "f1"), ("127.0.0.1", ua.port))
+        responses = [await asyncio.wait_for(peer.responses.get(), 5) for _ in range(2)]
+        assert [r.status for r in responses] == [100, status]  # no 180 before it
+        retry_after = responses[1].headers.get("Retry-After")
+        assert retry_after == ("5" if status == 503 else None)
+        [session] = opened
+        await asyncio.wait_for(session.closed.wait(), 5)  # its RTP port is not kept
+        assert ua.calls == {}
+    finally:
+        transport.close()
+        await ua.close()
+
+
+async def test_an_invite_cancelled_while_its_media_opens_is_never_offered() -> None:
+    cancelled, opened, offered = asyncio.Event(), Media(), []
+
+    async def media(host: str) -> MediaSession:
+        await cancelled.wait()
+        return opened
+
+    def offer(call: SipCall) -> Awaitable[None]:
+        offered.append(call)
+        return call.answer()
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=offer, timers=FAST, media=media)
+    await ua.start()
+    transport, peer = await raw_peer()
+    try:
+        transport.sendto(raw_request("INVITE", "m1"), ("127.0.0.1", ua.port))
+        assert (await asyncio.wait_for(peer.responses.get(), 5)).status == 100
+        transport.sendto(raw_request("CANCEL", "m1"), ("127.0.0.1", ua.port))
+        responses = [await asyncio.wait_for(peer.responses.get(), 5) for _ in range(2)]
+        assert sorted((r.cseq[1], r.status) for r in responses) == [
+            ("CANCEL", 200),
+            ("INVITE", 487),
+        ]
+        cancelled.set()  # the RTP port is open now, the INVITE long over
+        await asyncio.wait_for(opened.closed.wait(), 5)
+        assert offered == [] and ua.calls == {}
     finally:
         transport.close()
         await ua.close()

@@ -68,6 +68,7 @@ async def test_health_names_the_model(stt_url: str) -> None:
         "status": "ok",
         "backend": "faster-whisper",
         "model": "whisper-tiny.en",
+        "open_streams": health["open_streams"],
         "batching": {
             "window_ms": 20.0,
             "max_batch": 16,

@@ -34,6 +34,7 @@ async def test_health_covers_all_three(stub_url: str) -> None:
             "model": "stub",
             "voice": "stub-tone",
             "sample_rate": 16000,
+            "open_streams": 0,
         }
 
 

@@ -174,15 +174,34 @@ async def test_two_workers_share_the_calls_survive_a_kill_and_drain(
             supervisor.wait(10)
 
 
-def test_the_dispatcher_list_names_each_workers_sip_port(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("env", "address"),
+    [
+        ({}, "127.0.0.1"),
+        ({"SIP_HOST": "10.0.0.5"}, "10.0.0.5"),
+        ({"HOST": "10.0.0.6"}, "10.0.0.6"),  # SIP_HOST's default
+        ({"HOST": "0.0.0.0"}, "127.0.0.1"),  # a wildcard is no address to reach
+        ({"SIP_HOST": "::"}, "127.0.0.1"),
+    ],
+)
+def test_the_dispatcher_list_names_each_workers_sip_address(
+    tmp_path: Path, env: dict[str, str], address: str
+) -> None:
     from agent.config import Settings
 
-    settings = Settings.from_env({"PORT": "8080", "SIP_PORT": "5060", "DATA_DIR": str(tmp_path)})
+    settings = Settings.from_env(
+        {"PORT": "8080", "SIP_PORT": "5060", "DATA_DIR": str(tmp_path), **env}
+    )
     supervisor = Supervisor(settings, 3, {})
     supervisor.write_dispatcher_list(tmp_path / "dispatcher.list")
     lines = (tmp_path / "dispatcher.list").read_text().splitlines()[1:]
-    assert lines == [f"1 sip:127.0.0.1:{5061 + i}" for i in range(3)]
+    assert lines == [f"1 sip:{address}:{5061 + i}" for i in range(3)]
     assert [w.port for w in supervisor.workers] == [8081, 8082, 8083]
+    # What each worker is started with: the address and port the list names.
+    started = [supervisor._env(w) for w in supervisor.workers]
+    assert [(e["SIP_HOST"], e["SIP_PORT"], e["HOST"]) for e in started] == [
+        (address, str(5061 + i), "127.0.0.1") for i in range(3)
+    ]
 
 
 def test_at_least_one_worker() -> None:

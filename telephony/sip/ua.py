@@ -1,9 +1,12 @@
 """The SIP user agent: one UDP endpoint that answers and places calls (RFC 3261, 3264, 3515).
 
 ``SipEndpoint`` listens on host:port. An inbound INVITE gets 100 Trying (from the transaction
-layer), a digest challenge when the source is not allowed outright, 488 when no codec is shared,
-then 180 Ringing and the application's ``on_call(call)``; ``await call.answer()`` sends the 200
-with our SDP answer and waits for the ACK. ``await endpoint.invite(uri)`` dials out and returns a
+layer), a digest challenge when the source is not allowed outright, 488 when no codec is shared;
+then the application's ``on_call(call)`` is called, before anything rings, so that it can refuse
+the call there by raising ``LineBusy`` (503 with Retry-After, and no 180: the caller's network
+tries elsewhere at once); otherwise 180 Ringing goes out and what ``on_call`` returned is
+awaited (an ``async def`` runs entirely then). ``await call.answer()`` sends the 200 with our
+SDP answer and waits for the ACK. ``await endpoint.invite(uri)`` dials out and returns a
 :class:`DialResult` the dialer records. Media is an RTP session per call, opened through the
 ``media`` factory; audio frames go through the pipecat transport ``transport_factory`` builds.
 """
@@ -492,6 +495,9 @@ class SipEndpoint:
             txn.respond(make_response(request, 400, to_tag=dialog.local_tag, headers=[warning]))
             return
         session = await self.media(self.host)
+        if txn.final:  # cancelled while the RTP port was opened: 487 has gone out
+            await session.close()
+            return
         info = CallInfo(
             path="sip",
             direction="inbound",
@@ -505,6 +511,12 @@ class SipEndpoint:
             self, dialog, session, sdp.LocalSession(self.host, session.local_address[1]), info
         )
         call.invite_txn, call.negotiated = txn, media
+        try:
+            answering = self.on_call(call)  # before the 180: a refusal never rings
+        except Exception as exc:
+            txn.respond(self._refusal(request, dialog.local_tag, exc))
+            await session.close()
+            return
         self.calls[request.call_id] = call
         txn.respond(
             make_response(
@@ -512,20 +524,24 @@ class SipEndpoint:
             )
         )
         try:
-            await self.on_call(call)
-        except LineBusy as exc:
-            log.info("INVITE %s refused: %s", request.call_id, exc)
+            await answering
+        except Exception as exc:
             if call.state == "ringing":
-                retry = ("Retry-After", str(LineBusy.retry_after_s))
-                txn.respond(make_response(request, 503, to_tag=dialog.local_tag, headers=[retry]))
-                await call._end("busy")
-        except Exception:
-            log.exception("on_call failed for %s", request.call_id)
-            if call.state == "ringing":
-                txn.respond(make_response(request, 500, to_tag=dialog.local_tag))
-                await call._end("application error")
+                txn.respond(self._refusal(request, dialog.local_tag, exc))
+                await call._end("busy" if isinstance(exc, LineBusy) else "application error")
             else:
+                log.error("on_call failed for %s: hanging up", request.call_id, exc_info=exc)
                 await call.hang_up()
+
+    def _refusal(self, request: SipRequest, to_tag: str, exc: Exception) -> SipResponse:
+        """The final response to an INVITE the application refused (``LineBusy``: 503 with
+        Retry-After, so the caller's network tries another agent) or failed on (500)."""
+        if isinstance(exc, LineBusy):
+            log.info("INVITE %s refused: %s", request.call_id, exc)
+            retry = ("Retry-After", str(exc.retry_after_s))
+            return make_response(request, 503, to_tag=to_tag, headers=[retry])
+        log.error("on_call failed for %s", request.call_id, exc_info=exc)
+        return make_response(request, 500, to_tag=to_tag)
 
     async def _on_cancel(self, txn: ServerTransaction) -> None:
         request = txn.request
