@@ -468,6 +468,7 @@ async def _run_campaign(
     from agent.dialer import Dialer
     from agent.runtime import AgentRuntime
     from agent.server import converse, make_app
+    from telephony.rtp import RtpSession
     from telephony.sip.ua import SipCall, SipEndpoint
 
     async def decline(line: SipCall) -> None:
@@ -480,6 +481,7 @@ async def _run_campaign(
             settings.sip_port or 0,
             on_call=decline,
             trunk_auth=settings.sip_trunk_auth,
+            media=partial(RtpSession.open, symmetric_rtp=settings.sip_symmetric_rtp),
         )
         await endpoint.start()
         try:

@@ -159,6 +159,9 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
     trunk_password = env.get("SIP_TRUNK_PASSWORD") or ""
     if bool(trunk_user) != bool(trunk_password):
         raise ConfigError("SIP_TRUNK_USERNAME and SIP_TRUNK_PASSWORD go together")
+    symmetric = (env.get("SIP_SYMMETRIC_RTP") or "auto").strip().lower()
+    if symmetric not in ("auto", "on", "off"):
+        raise ConfigError(f"SIP_SYMMETRIC_RTP must be auto, on or off, got {symmetric!r}")
     return {
         "sip_host": env.get("SIP_HOST") or env.get("HOST") or "127.0.0.1",
         "sip_port": None if port == -1 else port,
@@ -166,6 +169,7 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
         "sip_credentials": credentials,
         "sip_trunk": trunk,
         "sip_trunk_auth": (trunk_user, trunk_password) if trunk_user else None,
+        "sip_symmetric_rtp": symmetric,
         "transfer_target": transfer,
     }
 
@@ -294,6 +298,9 @@ class Settings:
     #: Where outbound calls go (the trunk), and our credentials for its challenges.
     sip_trunk: str | None = None
     sip_trunk_auth: tuple[str, str] | None = None
+    #: Symmetric RTP (telephony/rtp.py's ``Latch``): auto (callers that look to be behind
+    #: NAT), on or off.
+    sip_symmetric_rtp: str = "auto"
     #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
     transfer_target: str | None = None
     #: Where call recordings go (agent/recording.py): a directory or s3://bucket/prefix;

@@ -78,6 +78,7 @@ from telephony.livekit import LiveKitConfig
 from telephony.livekit import add_routes as add_livekit_routes
 from telephony.media_stream import StartedCall, carrier_config
 from telephony.media_stream import add_routes as add_carrier_routes
+from telephony.rtp import RtpSession
 from telephony.sip.ua import SipCall, SipEndpoint
 from telephony.webrtc import Offer, OfferError, accept, transport_for
 
@@ -498,6 +499,7 @@ async def _start_sip(app: web.Application) -> None:
         credentials=settings.sip_credentials or None,
         allow=settings.sip_allow,
         trunk_auth=settings.sip_trunk_auth,
+        media=partial(RtpSession.open, symmetric_rtp=settings.sip_symmetric_rtp),
     )
     await endpoint.start()
     if not (settings.sip_allow or settings.sip_credentials) and not is_loopback(settings.sip_host):

@@ -7,7 +7,9 @@ re-INVITE calls ``update(...)``. Packets are parsed and built with aiortc's ``Rt
 Inbound, a jitter buffer puts packets back in sequence order, drops duplicates and packets
 that arrive after their turn, and tolerates a new SSRC; audio comes out of ``read()`` as one
 frame per packet (16-bit PCM at 8 kHz plus the G.711 bytes as received), DTMF digits out of
-``read_dtmf()``. Only packets from the negotiated remote address are accepted.
+``read_dtmf()``. Only packets from the negotiated remote address are accepted, unless the
+caller is behind NAT: then the session latches (symmetric RTP, RFC 7362) to where the
+caller's RTP really comes from, and sends there too (see ``Latch``).
 
 Outbound, one packet leaves every 20 ms on absolute monotonic deadlines, sent by the
 worker's RTP sender process (``telephony.rtp_sender``) on a copy of the session's socket, so
@@ -54,6 +56,27 @@ MAX_DROPOUT = 3000
 MAX_MISORDER = 100
 #: A lost packet is concealed with silence for gaps up to this many packets.
 MAX_CONCEALED = 5
+#: ``symmetric_rtp``: latch when the caller looks to be behind NAT, always, or never.
+SYMMETRIC_RTP = ("auto", "on", "off")
+#: Connection addresses a caller behind NAT puts in its SDP, which nobody outside its own
+#: network can send to: RFC 1918, RFC 6598 (carrier-grade NAT), link-local (RFC 3927,
+#: RFC 4291), and IPv6 unique local addresses (RFC 4193).
+NAT_NETWORKS = tuple(
+    ipaddress.ip_network(net)
+    for net in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "169.254.0.0/16",
+        "fc00::/7",
+        "fe80::/10",
+    )
+)
+#: A latched source silent this long may be replaced (a NAT binding that changed mid-call)...
+RELATCH_SILENCE_S = 1.0
+#: ...by a new source that sends this many valid packets in a row.
+RELATCH_PACKETS = 5
 
 
 class RtpClosed(ConnectionError):
@@ -191,6 +214,64 @@ def _address(addr: tuple[str, int]) -> tuple[str, int]:
     return (str(ipaddress.ip_address(addr[0])), int(addr[1]))
 
 
+def behind_nat(connection: str, signalling: str | None) -> bool:
+    """Whether the SDP's connection address is likely not where the caller's RTP comes
+    from: a private address (``NAT_NETWORKS``), or another host than the one the SIP
+    request came from (``signalling``; None when unknown, as for calls we place)."""
+    address = ipaddress.ip_address(connection)
+    if any(address in net for net in NAT_NETWORKS):
+        return True
+    return signalling is not None and address != ipaddress.ip_address(signalling)
+
+
+class Latch:
+    """Where the caller's RTP comes from, learnt from the packets (RFC 7362 latching).
+
+    The first valid packet (RTP version 2, a negotiated payload type) from any source
+    latches, and so does one from the SDP's own address, which is what the caller said.
+    Packets from anywhere else are then ignored, so that someone spraying packets at our
+    port cannot take over a stream that flows and hear the agent. Only after the latched
+    source has been silent for ``silence_s`` (its NAT binding changed) does a new source
+    latch, once it has sent ``packets`` valid packets in a row of the latched stream's SSRC,
+    which a phone keeps across a rebinding and a blind attacker does not know. Before the
+    first packet nothing protects the stream (RFC 7362 section 5): the port is random and
+    the window short.
+    """
+
+    def __init__(
+        self,
+        advertised: tuple[str, int],
+        silence_s: float = RELATCH_SILENCE_S,
+        packets: int = RELATCH_PACKETS,
+    ) -> None:
+        self.advertised, self.silence_s, self.packets = advertised, silence_s, packets
+        self.source: tuple[str, int] | None = None
+        self.ssrc: int | None = None
+        self._heard = 0.0  # when the latched source last sent, monotonic
+        self._candidate: tuple[str, int] | None = None
+        self._count = 0
+
+    def admit(self, source: tuple[str, int], ssrc: int, now: float) -> bool:
+        """Whether a valid packet from ``source`` received at ``now`` is the caller's;
+        latches to it when it is the first, or replaces a source that went silent."""
+        if self.source is None or source in (self.source, self.advertised):
+            self._latch(source, ssrc, now)
+            return True
+        if ssrc != self.ssrc or now - self._heard < self.silence_s:
+            self._candidate = None
+            return False
+        if source != self._candidate:
+            self._candidate, self._count = source, 0
+        self._count += 1
+        if self._count < self.packets:
+            return False
+        self._latch(source, ssrc, now)
+        return True
+
+    def _latch(self, source: tuple[str, int], ssrc: int, now: float) -> None:
+        self.source, self.ssrc, self._heard, self._candidate = source, ssrc, now, None
+
+
 class _Protocol(asyncio.DatagramProtocol):
     session: RtpSession | None = None
 
@@ -211,7 +292,14 @@ class RtpSession:
         transport: asyncio.DatagramTransport,
         sock: socket.socket,
         max_queued_frames: int = 50,
+        symmetric_rtp: str = "auto",
     ) -> None:
+        self.symmetric_rtp = symmetric_rtp
+        #: The host the call's INVITE came from, set before ``start`` (None: unknown, as
+        #: for calls we place); an SDP address elsewhere means NAT.
+        self.signalling: str | None = None
+        #: Where the caller's RTP comes from, when latching applies to this call.
+        self.latch: Latch | None = None
         self._transport = transport
         #: Handed to the sender process, which sends on its own copy of it.
         self._socket = sock
@@ -242,10 +330,18 @@ class RtpSession:
 
     @classmethod
     async def open(
-        cls, host: str, port: int = 0, *, port_range: tuple[int, int] | None = None
+        cls,
+        host: str,
+        port: int = 0,
+        *,
+        port_range: tuple[int, int] | None = None,
+        symmetric_rtp: str = "auto",
     ) -> RtpSession:
         """Bind ``host:port`` (0: any free port), or the first free even port in
-        ``port_range`` (inclusive); ``OSError`` when none is free."""
+        ``port_range`` (inclusive); ``OSError`` when none is free. ``symmetric_rtp``: latch
+        to the caller's real RTP source when it looks to be behind NAT, always, or never."""
+        if symmetric_rtp not in SYMMETRIC_RTP:
+            raise ValueError(f"symmetric_rtp must be one of {SYMMETRIC_RTP}, got {symmetric_rtp!r}")
         loop = asyncio.get_running_loop()
         ports = (
             [port]
@@ -264,7 +360,7 @@ class RtpSession:
                 sock.close()
                 error = e
                 continue
-            session = cls(transport, sock)
+            session = cls(transport, sock, symmetric_rtp=symmetric_rtp)
             protocol.session = session
             return session
         raise OSError(f"no free RTP port on {host} in {port_range or port}: {error}")
@@ -318,12 +414,23 @@ class RtpSession:
             self.dtmf_payload_type = None if dtmf_payload_type is None else int(dtmf_payload_type)
         if remote is not None:
             self.remote = _address(remote)
+            latching = self.symmetric_rtp == "on" or (
+                self.symmetric_rtp == "auto" and behind_nat(self.remote[0], self.signalling)
+            )
+            self.latch = Latch(self.remote) if latching else None  # learnt anew
         if self._stream is not None:
             SENDER.update(self._stream, self._config())
 
+    @property
+    def destination(self) -> tuple[str, int] | None:
+        """Where our RTP goes: the latched source, else the SDP's address."""
+        if self.latch is not None and self.latch.source is not None:
+            return self.latch.source
+        return self.remote
+
     def _config(self) -> StreamConfig:
         return StreamConfig(
-            self.remote,
+            self.destination,
             self.codec,
             self.dtmf_payload_type,
             self.direction,
@@ -361,15 +468,8 @@ class RtpSession:
         if self._closed or self.remote is None:
             return
         source = _address(addr)
-        if source != self.remote:
-            self.stats.strangers += 1
-            if source not in self._strangers_seen:
-                self._strangers_seen.add(source)
-                logger.warning(
-                    "RTP from unexpected %s:%d ignored (remote is %s:%d)", *source, *self.remote
-                )
-            return
-        if self.direction in ("sendonly", "inactive"):
+        if self.latch is None and source != self.remote:
+            self._stranger(source)
             return
         try:
             if is_rtcp(data):
@@ -383,8 +483,29 @@ class RtpSession:
             self.stats.malformed += 1
             logger.debug("RTP payload type %d not negotiated; ignored", packet.payload_type)
             return
+        if self.latch is not None:
+            latched = self.latch.source
+            if not self.latch.admit(source, packet.ssrc, time.monotonic()):
+                self._stranger(source)
+                return
+            if source != latched:
+                logger.info("RTP latched to %s:%d (SDP said %s:%d)", *source, *self.remote)
+                if self._stream is not None:
+                    SENDER.update(self._stream, self._config())
+        if self.direction in ("sendonly", "inactive"):
+            return
         self.stats.packets_in += 1
         self._deliver(self._jitter.push(packet))
+
+    def _stranger(self, source: tuple[str, int]) -> None:
+        self.stats.strangers += 1
+        if source not in self._strangers_seen:
+            self._strangers_seen.add(source)
+            expected = self.destination
+            assert expected is not None
+            logger.warning(
+                "RTP from unexpected %s:%d ignored (remote is %s:%d)", *source, *expected
+            )
 
     def _deliver(self, released: list[RtpPacket | Gap]) -> None:
         for item in released:

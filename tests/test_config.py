@@ -49,6 +49,7 @@ def test_model_urls_together():
         ({"SIP_CREDENTIALS": "alice"}, "user:password"),
         ({"SIP_TRUNK": "trunk.example.com"}, "sip: URI"),
         ({"SIP_TRUNK_USERNAME": "acct"}, "go together"),
+        ({"SIP_SYMMETRIC_RTP": "yes"}, "SIP_SYMMETRIC_RTP must be auto, on or off"),
         ({"TRANSFER_TARGET": "collectors"}, "TRANSFER_TARGET must be"),
     ],
 )
@@ -78,8 +79,11 @@ def test_sip_is_off_unless_a_port_is_set():
             "SIP_TRUNK": "sip:trunk.example.com:5060",
             "SIP_TRUNK_USERNAME": "acct",
             "SIP_TRUNK_PASSWORD": "pw",
+            "SIP_SYMMETRIC_RTP": "Off",
         }
     )
+    assert Settings.from_env({}).sip_symmetric_rtp == "auto"
+    assert settings.sip_symmetric_rtp == "off"
     assert (settings.sip_host, settings.sip_port) == ("10.1.2.3", 5060)
     assert settings.sip_allow == ("203.0.113.0/24", "198.51.100.7")
     assert settings.sip_credentials == {"pbx": "s3cret"}

@@ -86,10 +86,14 @@ OFFER = (
 )
 
 
+#: The templates' Request-URI: the digest's ``uri`` must be it.
+REQUEST_URI = "sip:agent@127.0.0.1:5060"
+
+
 def _request(method: str, extra: bytes = b"", body: bytes = b"", to_tag: bool = False) -> bytes:
     tag = b";tag=b2" if to_tag else b""
     head = (
-        f"{method} sip:agent@127.0.0.1:5060 SIP/2.0\r\n".encode()
+        f"{method} {REQUEST_URI} SIP/2.0\r\n".encode()
         + b"Via: SIP/2.0/UDP 127.0.0.1:5070;branch=z9hG4bKfuzz1;rport\r\n"
         + b"Max-Forwards: 70\r\n"
         + b'From: "Jordan" <sip:+15551234567@127.0.0.1>;tag=a1\r\n'
@@ -491,7 +495,7 @@ def check_digest_header(text: str) -> None:
         pass
     else:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in params.items())
-    assert CHALLENGER.check(text, "INVITE") in ("ok", "stale", "denied")
+    assert CHALLENGER.check(text, "INVITE", REQUEST_URI) in ("ok", "stale", "denied")
     try:
         answer = authorization(text, username="u", password="p", method="INVITE", uri="sip:x")
     except AuthError:
@@ -507,7 +511,11 @@ DIGEST_PARAMS += ["cnonce", "opaque", "stale"]
 def digest_headers(draw: st.DrawFn) -> str:
     """A real answer to CHALLENGER's challenge with a few parameters dropped or changed."""
     header = authorization(
-        CHALLENGER.challenge(), username="trunk", password="s3cret", method="INVITE", uri="sip:a"
+        CHALLENGER.challenge(),
+        username="trunk",
+        password="s3cret",
+        method="INVITE",
+        uri=REQUEST_URI,
     )
     params = parse_digest(header)
     for name in draw(st.lists(st.sampled_from(DIGEST_PARAMS), max_size=3)):
@@ -611,13 +619,14 @@ def test_digest_regressions() -> None:
     """fuzz: hmac.compare_digest raises TypeError on non-ASCII str, and both the nonce's
     signature and the response came from the wire (an INVITE went unanswered)."""
     challenger = DigestChallenger("agent", {"trunk": "s3cret"})
-    assert challenger.check("DIGEST NONCE=\x80", "INVITE") == "denied"
+    assert challenger.check("DIGEST NONCE=\x80", "INVITE", "sip:a") == "denied"
     good = authorization(
         challenger.challenge(), username="trunk", password="s3cret", method="INVITE", uri="sip:a"
     )
     response = parse_digest(good)["response"]
-    assert challenger.check(good.replace(response, "\u00e9" * 32), "INVITE") == "denied"
-    assert challenger.check(good, "INVITE") == "ok"  # the nonce was not spent by the failures
+    assert challenger.check(good.replace(response, "\u00e9" * 32), "INVITE", "sip:a") == "denied"
+    # The nonce was not spent by the failures.
+    assert challenger.check(good, "INVITE", "sip:a") == "ok"
 
 
 @FUZZ
@@ -796,12 +805,12 @@ def test_digest_round_trip_and_mutations(
         header,
         count=1,
     )
-    verdict = challenger.check(mutated, method)
+    verdict = challenger.check(mutated, method, uri)
     if parse_digest(mutated).get(field) != params[field]:
         assert verdict == "denied", (mutated, verdict)
     assert verdict in ("ok", "denied")
     # Whichever of the two came first with this nonce and nc, the other is a replay.
-    assert challenger.check(header, method) == ("ok" if verdict == "denied" else "denied")
+    assert challenger.check(header, method, uri) == ("ok" if verdict == "denied" else "denied")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from aiortc.rtp import RtpPacket
 
 from telephony import g711
-from telephony.rtp import Gap, JitterBuffer, RtpSession, RtpStats
+from telephony.rtp import Gap, JitterBuffer, Latch, RtpSession, RtpStats, behind_nat
 from telephony.rtp_sender import LatenessHistogram
 from tests.pcap import SIPP_PCAPS, read_pcap_udp_payloads
 
@@ -229,3 +229,98 @@ async def test_sipps_rfc2833_pcap_replayed_over_udp_gives_its_digit(session: Rtp
         caller.transport.sendto(raw, session.local_address)
     assert [await session.read_dtmf(), await session.read_dtmf()] == ["#", "4"]
     caller.transport.close()
+
+
+# -- symmetric RTP (latching, RFC 7362) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("connection", "signalling", "latching"),
+    [
+        ("192.168.1.20", "203.0.113.5", True),  # RFC 1918
+        ("10.1.2.3", "10.1.2.3", True),
+        ("172.20.0.4", None, True),
+        ("100.64.7.1", "203.0.113.5", True),  # RFC 6598, carrier-grade NAT
+        ("169.254.3.3", "203.0.113.5", True),  # link-local
+        ("fd00::5", "2001:db8::1", True),  # RFC 4193
+        ("203.0.113.5", "203.0.113.5", False),  # public, where the INVITE came from
+        ("203.0.113.5", "198.51.100.9", True),  # public, another host than the signalling
+        ("203.0.113.5", None, False),  # a call we placed: only the address tells
+    ],
+)
+def test_latching_applies_behind_nat(
+    connection: str, signalling: str | None, latching: bool
+) -> None:
+    assert behind_nat(connection, signalling) is latching
+
+
+SDP_SAID = ("192.168.1.20", 4000)
+
+
+def test_the_first_source_latches_and_an_attacker_after_it_is_ignored() -> None:
+    latch = Latch(SDP_SAID, silence_s=1.0, packets=3)
+    caller, attacker = ("198.51.100.9", 4000), ("192.0.2.66", 9)
+    assert latch.admit(caller, ssrc=7, now=0.0) and latch.source == caller
+    assert not any(latch.admit(attacker, ssrc=7, now=0.01 * i) for i in range(100))
+    assert latch.admit(caller, ssrc=7, now=1.5) and latch.source == caller
+
+
+def test_a_silent_source_is_replaced_only_by_consecutive_packets_of_its_stream() -> None:
+    latch, old, new, other = Latch(SDP_SAID, silence_s=1.0, packets=3), ("h", 1), ("h", 2), ("h", 3)
+    latch.admit(old, ssrc=7, now=0.0)
+    assert not latch.admit(new, ssrc=7, now=0.5)  # the latched source is not silent yet
+    assert not any(latch.admit(new, ssrc=8, now=2 + i) for i in range(10))  # another stream
+    assert not latch.admit(new, ssrc=7, now=2.0) and not latch.admit(new, ssrc=7, now=2.02)
+    assert not latch.admit(other, ssrc=7, now=2.04)  # not in a row: counting starts again
+    assert not latch.admit(new, ssrc=7, now=2.06) and not latch.admit(new, ssrc=7, now=2.08)
+    assert latch.admit(new, ssrc=7, now=2.1) and latch.source == new
+    assert not latch.admit(old, ssrc=7, now=2.12)  # the old binding is gone for good
+
+
+def test_the_sdp_address_itself_always_latches() -> None:
+    latch, first = Latch(SDP_SAID), ("192.0.2.66", 9)
+    assert latch.admit(first, ssrc=1, now=0.0)  # won the race to the port
+    assert latch.admit(SDP_SAID, ssrc=7, now=0.01) and latch.source == SDP_SAID
+    assert not latch.admit(first, ssrc=1, now=0.02)
+
+
+async def test_behind_nat_rtp_is_latched_and_ours_goes_where_it_comes_from(
+    session: RtpSession,
+) -> None:
+    advertised, caller, attacker = await peer(), await peer(), await peer()
+    session.signalling = "192.0.2.1"  # the INVITE came from another host than its SDP
+    session.start(advertised.address, "PCMU", 101)
+    await advertised.packets.get()  # before any packet came, ours go to the SDP's address
+    caller.transport.sendto(audio_packet(1, b"\x01" * 160), session.local_address)
+    assert (await session.read()).payload == b"\x01" * 160
+    assert session.destination == caller.address and session.latch is not None
+    assert (await caller.packets.get()).payload_type == 0  # our RTP reaches the real port
+    session.latch.silence_s = 3600  # the caller stays alive, however slow this machine is
+    for seq in range(2, 12):
+        attacker.transport.sendto(audio_packet(seq, b"\x66" * 160), session.local_address)
+    caller.transport.sendto(audio_packet(2, b"\x02" * 160), session.local_address)
+    assert (await session.read()).payload == b"\x02" * 160  # none of the attacker's
+    assert session.destination == caller.address and session.stats.strangers == 10
+    for p in (advertised, caller, attacker):
+        p.transport.close()
+
+
+async def test_without_nat_only_the_sdp_address_is_heard() -> None:
+    session = await RtpSession.open(HOST)  # auto
+    advertised, other_port = await peer(), await peer()
+    session.signalling = HOST  # the SDP's public address is where the INVITE came from
+    session.start(advertised.address, "PCMU", None)
+    assert session.latch is None
+    other_port.transport.sendto(audio_packet(1, b"\x01" * 160), session.local_address)
+    advertised.transport.sendto(audio_packet(1, b"\x02" * 160), session.local_address)
+    assert (await session.read()).payload == b"\x02" * 160
+    assert session.stats.strangers == 1 and session.destination == advertised.address
+    await session.close()
+    forced = await RtpSession.open(HOST, symmetric_rtp="on")
+    forced.start(advertised.address, "PCMU", None)
+    assert forced.latch is not None
+    await forced.close()
+    with pytest.raises(ValueError, match="symmetric_rtp"):
+        await RtpSession.open(HOST, symmetric_rtp="sometimes")
+    for p in (advertised, other_port):
+        p.transport.close()

@@ -25,15 +25,15 @@ def test_challenger_accepts_its_own_challenge_answered_with_qop() -> None:
         challenge, username="trunk", password="s3cret", method="INVITE", uri="sip:agent@127.0.0.1"
     )
     assert "qop=auth" in good
-    assert challenger.check(good, "INVITE") == "ok"
-    assert challenger.check(good, "INVITE") == "denied"  # nc replay
+    assert challenger.check(good, "INVITE", "sip:agent@127.0.0.1") == "ok"
+    assert challenger.check(good, "INVITE", "sip:agent@127.0.0.1") == "denied"  # nc replay
     bad = authorization(
         challenge, username="trunk", password="nope", method="INVITE", uri="sip:agent@127.0.0.1"
     )
-    assert challenger.check(bad, "INVITE") == "denied"
-    assert challenger.check(None, "INVITE") == "denied"
+    assert challenger.check(bad, "INVITE", "sip:agent@127.0.0.1") == "denied"
+    assert challenger.check(None, "INVITE", "sip:agent@127.0.0.1") == "denied"
     forged = good.replace(challenge.split('nonce="')[1].split('"')[0], "1.abc")
-    assert challenger.check(forged, "INVITE") == "denied"
+    assert challenger.check(forged, "INVITE", "sip:agent@127.0.0.1") == "denied"
 
 
 def test_stale_nonce() -> None:
@@ -41,7 +41,7 @@ def test_stale_nonce() -> None:
     header = authorization(
         challenger.challenge(), username="trunk", password="s3cret", method="INVITE", uri="sip:a"
     )
-    assert challenger.check(header, "INVITE") == "stale"
+    assert challenger.check(header, "INVITE", "sip:a") == "stale"
 
 
 def test_unsupported_challenges() -> None:
@@ -65,4 +65,23 @@ def test_an_answer_without_qop_is_a_replay_risk_and_refused() -> None:
         challenge, username="trunk", password="s3cret", method="INVITE", uri="sip:agent@h"
     )
     assert "qop" not in header
-    assert challenger.check(header, "INVITE") == "denied"
+    assert challenger.check(header, "INVITE", "sip:agent@h") == "denied"
+
+
+def test_an_answer_signed_for_another_request_uri_is_refused() -> None:
+    """RFC 2617 §3.2.2.5: the digest's ``uri`` is the Request-URI, as the client sent it.
+
+    Exact strings, not RFC 3261 §19.1.4 URI equality: a client copies the Request-URI into
+    ``uri`` verbatim (and hashes that very text), so only a replay or a forgery differs.
+    """
+    challenger = DigestChallenger("agent", {"trunk": "s3cret"})
+    header = authorization(
+        challenger.challenge(),
+        username="trunk",
+        password="s3cret",
+        method="INVITE",
+        uri="sip:agent@127.0.0.1",
+    )
+    assert challenger.check(header, "INVITE", "sip:other@127.0.0.1") == "denied"
+    assert challenger.check(header, "INVITE", "sip:AGENT@127.0.0.1") == "denied"
+    assert challenger.check(header, "INVITE", "sip:agent@127.0.0.1") == "ok"

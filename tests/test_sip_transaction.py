@@ -119,6 +119,30 @@ async def test_non_2xx_invite_response_is_retransmitted_until_ack() -> None:
         peer.transport.close()
 
 
+async def test_a_transaction_refuses_a_second_final_response() -> None:
+    """RFC 3261 §17.2.1: a 200 after the 487 (a CANCEL won) is refused, not sent."""
+    sent: list[bool] = []
+
+    def on_request(txn: ServerTransaction) -> None:
+        sent.append(txn.respond(make_response(txn.request, 487, to_tag="t")))
+        sent.append(txn.respond(make_response(txn.request, 200, to_tag="t")))
+
+    layer, peer, address, peer_address = await open_pair(on_request)
+    assert peer.transport is not None
+    try:
+        peer.transport.sendto(request("INVITE", peer_address), address)
+        statuses: list[int] = []
+        while len(statuses) < 3:  # 100 Trying, 487, then the timer G retransmission: no 200
+            message = await asyncio.wait_for(peer.received.get(), 5)
+            assert isinstance(message, SipResponse)
+            statuses.append(message.status)
+        assert statuses == [100, 487, 487] and sent == [True, False]
+        peer.transport.sendto(request("ACK", peer_address), address)
+    finally:
+        layer.close()
+        peer.transport.close()
+
+
 async def test_client_request_retransmits_then_times_out() -> None:
     layer, peer, _, peer_address = await open_pair(lambda txn: None)
     assert peer.transport is not None

@@ -10,7 +10,7 @@ import pytest
 from telephony.line import LineBusy, LineError
 from telephony.sip import sdp
 from telephony.sip import ua as ua_module
-from telephony.sip.message import SipResponse, parse
+from telephony.sip.message import SipRequest, SipResponse, make_response, parse
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import MediaSession, RateLimiter, SipCall, SipEndpoint
 from telephony.sip_transport import SipTransport
@@ -132,15 +132,18 @@ async def test_unreachable_uri_fails_cleanly() -> None:
 
 
 class RawPeer(asyncio.DatagramProtocol):
-    """A bare UDP socket: sends what a test writes, queues the responses it gets."""
+    """A bare UDP socket: sends what a test writes, queues the responses and requests it gets."""
 
     def __init__(self) -> None:
         self.responses: asyncio.Queue[SipResponse] = asyncio.Queue()
+        self.requests: asyncio.Queue[SipRequest] = asyncio.Queue()
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         message = parse(data)
-        assert isinstance(message, SipResponse)
-        self.responses.put_nowait(message)
+        if isinstance(message, SipResponse):
+            self.responses.put_nowait(message)
+        else:
+            self.requests.put_nowait(message)
 
 
 def raw_request(method: str, branch: str, contact: str = "<sip:caller@127.0.0.1:5070>") -> bytes:
@@ -288,6 +291,107 @@ async def test_an_invite_cancelled_while_its_media_opens_is_never_offered() -> N
         cancelled.set()  # the RTP port is open now, the INVITE long over
         await asyncio.wait_for(opened.closed.wait(), 5)
         assert offered == [] and ua.calls == {}
+    finally:
+        transport.close()
+        await ua.close()
+
+
+class AnsweredMedia(Media):
+    """A stand-in RTP session for a call that is answered."""
+
+    def start(
+        self, remote: tuple[str, int], codec: str, dtmf_payload_type: int | None, direction: str
+    ) -> None:
+        pass
+
+
+@pytest.mark.parametrize("during", [False, True], ids=["before-answering", "while-answering"])
+async def test_a_cancel_racing_the_answer_gets_one_final_response(
+    during: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RFC 3261 §9.2: once the 487 has gone out, the INVITE gets no 200 (nor its resends)."""
+    hold, holding, answered, offered = asyncio.Event(), asyncio.Event(), asyncio.Event(), []
+    start_media = SipCall._start_media
+
+    async def held_start_media(call: SipCall, media: sdp.Media) -> None:
+        holding.set()
+        await hold.wait()
+        await start_media(call, media)
+
+    if during:
+        monkeypatch.setattr(SipCall, "_start_media", held_start_media)
+
+    async def media(host: str) -> MediaSession:
+        return AnsweredMedia()
+
+    async def answer(call: SipCall) -> None:
+        offered.append(call)
+        if not during:
+            holding.set()
+            await hold.wait()
+        await call.answer()
+        answered.set()
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=answer, timers=FAST, media=media)
+    await ua.start()
+    sent: list[SipRequest | SipResponse] = []
+    send = ua.layer.send
+
+    def spy(message: SipRequest | SipResponse, address: tuple[str, int]) -> None:
+        sent.append(message)
+        send(message, address)
+
+    monkeypatch.setattr(ua.layer, "send", spy)
+    transport, peer = await raw_peer()
+    try:
+        transport.sendto(raw_request("INVITE", "x1"), ("127.0.0.1", ua.port))
+        await asyncio.wait_for(holding.wait(), 5)
+        transport.sendto(raw_request("CANCEL", "x1"), ("127.0.0.1", ua.port))
+        [call] = offered
+        await asyncio.wait_for(call.ended.wait(), 5)
+        hold.set()
+        await asyncio.wait_for(answered.wait(), 5)  # answer() is over: nothing more to resend
+        finals = [
+            (m.cseq[1], m.status) for m in sent if isinstance(m, SipResponse) and m.status >= 200
+        ]
+        assert finals == [("CANCEL", 200), ("INVITE", 487)]
+        assert call.state == "ended" and call.end_reason == "cancelled by the caller"
+        assert ua.cancelled_answers == (1 if during else 0) and ua.calls == {}
+    finally:
+        transport.close()
+        await ua.close()
+
+
+async def test_an_answer_never_acknowledged_ends_with_a_bye_and_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    answered: list[SipCall] = []
+
+    async def media(host: str) -> MediaSession:
+        return AnsweredMedia()
+
+    async def answer(call: SipCall) -> None:
+        answered.append(call)
+        await call.answer()
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=answer, timers=FAST, media=media)
+    await ua.start()
+    transport, peer = await raw_peer()
+    contact = f"<sip:caller@127.0.0.1:{transport.get_extra_info('sockname')[1]}>"
+    try:
+        transport.sendto(raw_request("INVITE", "h1", contact), ("127.0.0.1", ua.port))
+        statuses = [(await asyncio.wait_for(peer.responses.get(), 5)).status for _ in range(3)]
+        assert statuses == [100, 180, 200]  # and no ACK: timer H fires
+        bye = await asyncio.wait_for(peer.requests.get(), 10)
+        assert bye.method == "BYE"
+        transport.sendto(make_response(bye, 200).serialize(), ("127.0.0.1", ua.port))
+        [call] = answered
+        await asyncio.wait_for(call.ended.wait(), 5)
+        assert call.end_reason == "no ACK for our 200 (timer H)" and ua.calls == {}
+        assert ua.unacked_2xx == 1
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert any("never acknowledged" in w for w in warnings)
+        assert not [r for r in caplog.records if r.exc_info]  # no traceback
     finally:
         transport.close()
         await ua.close()

@@ -136,7 +136,9 @@ async def test_digest_challenged_invite() -> None:
     )  # fmt: skip
     await ua.start()
     try:
-        await sipp(ua, "auth.xml", "answer", "-au", "trunk", "-ap", "s3cret")
+        # sipp signs sip:host:port unless told; a digest's uri must be the Request-URI.
+        auth_uri = f"answer@127.0.0.1:{ua.port}"
+        await sipp(ua, "auth.xml", "answer", "-au", "trunk", "-ap", "s3cret", "-auth_uri", auth_uri)
     finally:
         await ua.close()
 
@@ -165,6 +167,38 @@ async def test_mu_law_stream_arrives_unchanged(tmp_path: Path) -> None:
         await ua.close()
     assert len(received) >= 4000
     assert bytes(received[:4000]) == recording[:4000]
+
+
+async def test_a_caller_behind_nat_is_heard_and_answered_where_it_sends_from(
+    tmp_path: Path,
+) -> None:
+    recording = bytes((i * 7 + i // 160) % 256 for i in range(8000))
+    (tmp_path / "stream.ulaw").write_bytes(recording)
+    received = bytearray()
+    latched: list[tuple[str, int] | None] = []
+
+    async def record(call: SipCall) -> None:
+        await call.answer()
+        assert isinstance(call.media, RtpSession)
+        try:
+            while True:
+                frame = await call.media.read()
+                if not frame.concealed:
+                    received.extend(frame.payload)
+                    latched.append(call.media.destination)
+        except RtpClosed:
+            return
+
+    ua = SipEndpoint("127.0.0.1", 0, on_call=record, timers=Timers(t1=0.1, t2=0.4, t4=0.5))
+    await ua.start()
+    try:
+        await sipp(ua, "nat_stream.xml", cwd=tmp_path)
+    finally:
+        await ua.close()
+    assert len(received) >= 4000
+    assert bytes(received[:4000]) == recording[:4000]  # not dropped for its source
+    assert latched[0] is not None and latched[0][0] == "127.0.0.1"  # not the SDP's 127.0.0.2
+    assert set(latched) == {latched[0]}  # our RTP went to where it came from, all along
 
 
 async def test_a_law_call_with_rfc2833_dtmf_from_sipps_pcaps() -> None:

@@ -118,8 +118,12 @@ class DigestChallenger:
         except ValueError:
             return None
 
-    def check(self, header: str | None, method: str) -> str:
-        """``ok``, ``stale`` (right password, old nonce) or ``denied``."""
+    def check(self, header: str | None, method: str, uri: str) -> str:
+        """``ok``, ``stale`` (right password, old nonce) or ``denied``.
+
+        ``uri`` is the request's Request-URI: the digest's ``uri`` must be that very string
+        (RFC 2617 §3.2.2.5), else credentials signed for another request would be taken here.
+        """
         if not header:
             return "denied"
         try:
@@ -131,7 +135,7 @@ class DigestChallenger:
         age = self._nonce_age(nonce)
         if password is None or age is None or params.get("realm") != self.realm:
             return "denied"
-        if params.get("algorithm", "MD5").upper() != "MD5" or "uri" not in params:
+        if params.get("algorithm", "MD5").upper() != "MD5" or params.get("uri") != uri:
             return "denied"
         # Our challenge offers qop=auth, so a client MUST answer with it (RFC 2617 3.2.2);
         # without it nothing counts nc, and a captured answer would replay until the nonce ages.
@@ -144,7 +148,7 @@ class DigestChallenger:
             username=username,
             password=password,
             method=method,
-            uri=params["uri"],
+            uri=uri,
             cnonce=params.get("cnonce"),
             nc=nc,
         )

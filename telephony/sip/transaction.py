@@ -58,14 +58,17 @@ class ServerTransaction:
         method = self.request.method
         return (via.branch, via.sent_by, "INVITE" if method == "ACK" else method)
 
-    def respond(self, response: SipResponse) -> None:
+    def respond(self, response: SipResponse) -> bool:
+        """Send ``response``; False, sending nothing, once a final one has gone out: a request
+        gets one final response (RFC 3261 §17.2.1), so a 200 racing a CANCEL's 487 is refused
+        here rather than by every caller remembering to look."""
         if self.final:
-            log.debug("late response %d dropped for %s", response.status, self.request.method)
-            return
+            log.debug("late response %d refused for %s", response.status, self.request.method)
+            return False
         self.last = response
         self.layer.send(response, self.source)
         if response.status < 200:
-            return
+            return True
         self.final = True
         timers = self.layer.timers
         if self.request.method != "INVITE":
@@ -76,6 +79,7 @@ class ServerTransaction:
         else:
             # RFC 6026 Accepted: absorb INVITE retransmissions; the UA retransmits the 2xx.
             self._later(timers.timeout, self._terminate)
+        return True
 
     def _later(self, delay: float, callback: Callable[..., None], *args: float) -> None:
         self._timers.append(self.layer.loop.call_later(delay, callback, *args))

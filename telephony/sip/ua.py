@@ -158,14 +158,24 @@ class SipCall:
         return self._transport
 
     async def answer(self) -> None:
-        if self.state != "ringing" or self.invite_txn is None or self.negotiated is None:
+        """Send the 200 and wait for its ACK. The call ends instead, quietly (``state`` tells),
+        when the INVITE already has its final response (a CANCEL's 487 won the race) or when
+        the 200 is never acknowledged (timer H: BYE, RFC 3261 §13.3.1.4)."""
+        txn = self.invite_txn
+        if self.state != "ringing" or txn is None or self.negotiated is None:
             return
-        body = self.local.answer(self.negotiated)
         await self._start_media(self.negotiated)
+        response = self._response(txn.request, 200, self.local.answer(self.negotiated))
+        if not txn.respond(response):
+            self.endpoint.cancelled_answers += 1
+            log.info("SIP call %s: no 200, the INVITE already ended", self.dialog.call_id)
+            await self._end("cancelled by the caller")
+            return
         self.state = "confirmed"
-        if not await self._send_2xx(self.invite_txn, body):
+        if not await self._retransmit_2xx(txn, response):
+            self.endpoint.unacked_2xx += 1
+            log.warning("SIP call %s: our 200 was never acknowledged", self.dialog.call_id)
             await self._end("no ACK for our 200 (timer H)", send_bye=True)
-            raise LineError("the caller never acknowledged our answer")
 
     async def hang_up(self) -> None:
         if self.state == "ringing" and self.invite_txn is not None:
@@ -215,8 +225,13 @@ class SipCall:
         )
 
     async def _start_media(self, media: sdp.Media) -> None:
+        from telephony.rtp import RtpSession
+
         self.negotiated = media
         dtmf = media.dtmf_payload_type
+        if isinstance(self.media, RtpSession) and self.invite_txn is not None:
+            # Whence the INVITE came: an SDP address elsewhere means NAT (symmetric RTP).
+            self.media.signalling = self.invite_txn.source[0]
         self.media.start(
             remote=(media.remote_ip, media.remote_port),
             codec=media.codec,
@@ -224,12 +239,11 @@ class SipCall:
             direction=media.direction,
         )
 
-    async def _send_2xx(self, txn: ServerTransaction, body: bytes) -> bool:
-        """Send a 2xx and retransmit it (T1 doubling to T2) until the ACK or 64*T1 (§13.3.1.4)."""
-        response = self._response(txn.request, 200, body)
+    async def _retransmit_2xx(self, txn: ServerTransaction, response: SipResponse) -> bool:
+        """Retransmit the 2xx ``txn`` sent (T1 doubling to T2) until the ACK or 64*T1
+        (§13.3.1.4): the UA's job, not the transaction's, for a 2xx (RFC 6026)."""
         acked = asyncio.Event()
         self._ack_waiters[txn.request.cseq[0]] = acked
-        txn.respond(response)
         timers = self.endpoint.timers
         interval, deadline = timers.t1, self.endpoint.loop.time() + timers.timeout
         try:
@@ -296,7 +310,9 @@ class SipCall:
         ):
             self.media.update(remote=(media.remote_ip, media.remote_port))
         self.media.update(direction=media.direction)
-        await self._send_2xx(txn, self.local.answer(media))
+        response = self._response(txn.request, 200, self.local.answer(media))
+        if txn.respond(response):
+            await self._retransmit_2xx(txn, response)
 
     async def _end(self, reason: str, send_bye: bool = False) -> None:
         if self.state == "ended":
@@ -351,6 +367,10 @@ class SipEndpoint:
         self.timers = timers or Timers()
         self.limiter = RateLimiter(rate, burst)
         self.calls: dict[str, SipCall] = {}
+        #: Answers refused because the INVITE had already ended (a CANCEL's 487 came first).
+        self.cancelled_answers = 0
+        #: 200s to an INVITE never acknowledged (timer H): each call ended with a BYE.
+        self.unacked_2xx = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._layer: TransactionLayer | None = None
         self.loop = asyncio.get_event_loop()
@@ -462,7 +482,9 @@ class SipEndpoint:
         request = txn.request
         if not self._allowed(txn.source[0]):
             if self.challenger is not None:
-                verdict = self.challenger.check(request.headers.get("Authorization"), "INVITE")
+                verdict = self.challenger.check(
+                    request.headers.get("Authorization"), "INVITE", request.uri
+                )
                 if verdict != "ok":
                     txn.respond(
                         make_response(
