@@ -481,7 +481,11 @@ async def _run_campaign(
             settings.sip_port or 0,
             on_call=decline,
             trunk_auth=settings.sip_trunk_auth,
-            media=partial(RtpSession.open, symmetric_rtp=settings.sip_symmetric_rtp),
+            media=partial(
+                RtpSession.open,
+                symmetric_rtp=settings.sip_symmetric_rtp,
+                timeout_s=settings.rtp_timeout_s,
+            ),
         )
         await endpoint.start()
         try:

@@ -170,6 +170,7 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
         "sip_trunk": trunk,
         "sip_trunk_auth": (trunk_user, trunk_password) if trunk_user else None,
         "sip_symmetric_rtp": symmetric,
+        "rtp_timeout_s": _seconds(env, "RTP_TIMEOUT_S", 30.0),
         "transfer_target": transfer,
     }
 
@@ -301,6 +302,8 @@ class Settings:
     #: Symmetric RTP (telephony/rtp.py's ``Latch``): auto (callers that look to be behind
     #: NAT), on or off.
     sip_symmetric_rtp: str = "auto"
+    #: A SIP call whose caller's RTP stops this long (not while on hold) ends (media_timeout).
+    rtp_timeout_s: float = 30.0
     #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
     transfer_target: str | None = None
     #: Where call recordings go (agent/recording.py): a directory or s3://bucket/prefix;

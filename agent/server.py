@@ -355,12 +355,20 @@ async def converse(
 ) -> Conversation:
     """Hold the conversation on an answered SIP call (about ``account``'s debt when it is an
     outbound one, ``agent.dialer``); hand the caller to a person when the conversation asked
-    for one (REFER to ``TRANSFER_TARGET``), else hang up when it is over. An inbound call
-    brings the place reserved for it before it rang; an outbound one takes a place now."""
-    started = start_call(app, line.transport(), line.info, account, reservation)
+    for one (REFER to ``TRANSFER_TARGET``), else hang up when it is over, or when the
+    caller's RTP stopped (``RTP_TIMEOUT_S``: its network is gone). An inbound call brings
+    the place reserved for it before it rang; an outbound one takes a place now."""
+    transport = line.transport()
+    started = start_call(app, transport, line.info, account, reservation)
     live = app[CALLS].get(started.call_id)
     assert live is not None  # start_call registered it
-    policy = live.call.policy
+    call = live.call
+
+    @transport.event_handler("on_media_timeout")
+    async def _media_timeout(_transport: Any, _session: Any) -> None:
+        await call.cancel("media_timeout")
+
+    policy = call.policy
     try:
         await started.task
         target = app[CTX].settings.transfer_target
@@ -499,7 +507,11 @@ async def _start_sip(app: web.Application) -> None:
         credentials=settings.sip_credentials or None,
         allow=settings.sip_allow,
         trunk_auth=settings.sip_trunk_auth,
-        media=partial(RtpSession.open, symmetric_rtp=settings.sip_symmetric_rtp),
+        media=partial(
+            RtpSession.open,
+            symmetric_rtp=settings.sip_symmetric_rtp,
+            timeout_s=settings.rtp_timeout_s,
+        ),
     )
     await endpoint.start()
     if not (settings.sip_allow or settings.sip_credentials) and not is_loopback(settings.sip_host):

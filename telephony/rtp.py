@@ -9,7 +9,9 @@ that arrive after their turn, and tolerates a new SSRC; audio comes out of ``rea
 frame per packet (16-bit PCM at 8 kHz plus the G.711 bytes as received), DTMF digits out of
 ``read_dtmf()``. Only packets from the negotiated remote address are accepted, unless the
 caller is behind NAT: then the session latches (symmetric RTP, RFC 7362) to where the
-caller's RTP really comes from, and sends there too (see ``Latch``).
+caller's RTP really comes from, and sends there too (see ``Latch``). A caller whose
+network vanished sends neither RTP nor a BYE: ``silent()`` returns once its RTP has stopped
+for ``timeout_s`` while the call is not on hold, so that the call can be ended.
 
 Outbound, one packet leaves every 20 ms on absolute monotonic deadlines, sent by the
 worker's RTP sender process (``telephony.rtp_sender``) on a copy of the session's socket, so
@@ -77,6 +79,8 @@ NAT_NETWORKS = tuple(
 RELATCH_SILENCE_S = 1.0
 #: ...by a new source that sends this many valid packets in a row.
 RELATCH_PACKETS = 5
+#: The caller's RTP stopped this long (not on hold): its network is gone (``silent``).
+TIMEOUT_S = 30.0
 
 
 class RtpClosed(ConnectionError):
@@ -293,8 +297,10 @@ class RtpSession:
         sock: socket.socket,
         max_queued_frames: int = 50,
         symmetric_rtp: str = "auto",
+        timeout_s: float = TIMEOUT_S,
     ) -> None:
         self.symmetric_rtp = symmetric_rtp
+        self.timeout_s = timeout_s
         #: The host the call's INVITE came from, set before ``start`` (None: unknown, as
         #: for calls we place); an SDP address elsewhere means NAT.
         self.signalling: str | None = None
@@ -316,6 +322,8 @@ class RtpSession:
         self._max_queued = max_queued_frames
         self._gap_timer: asyncio.TimerHandle | None = None
         self._strangers_seen: set[tuple[str, int]] = set()
+        #: When the caller's RTP last came, or the media started or went on or off hold.
+        self._heard = time.monotonic()
         #: Agent audio written before ``start``: handed to the sender when it starts.
         self._unsent = bytearray()
         #: When the audio handed to the sender will have been sent (monotonic), as both
@@ -336,10 +344,12 @@ class RtpSession:
         *,
         port_range: tuple[int, int] | None = None,
         symmetric_rtp: str = "auto",
+        timeout_s: float = TIMEOUT_S,
     ) -> RtpSession:
         """Bind ``host:port`` (0: any free port), or the first free even port in
         ``port_range`` (inclusive); ``OSError`` when none is free. ``symmetric_rtp``: latch
-        to the caller's real RTP source when it looks to be behind NAT, always, or never."""
+        to the caller's real RTP source when it looks to be behind NAT, always, or never.
+        ``timeout_s``: how long the caller's RTP may stop before ``silent()`` returns."""
         if symmetric_rtp not in SYMMETRIC_RTP:
             raise ValueError(f"symmetric_rtp must be one of {SYMMETRIC_RTP}, got {symmetric_rtp!r}")
         loop = asyncio.get_running_loop()
@@ -360,7 +370,7 @@ class RtpSession:
                 sock.close()
                 error = e
                 continue
-            session = cls(transport, sock, symmetric_rtp=symmetric_rtp)
+            session = cls(transport, sock, symmetric_rtp=symmetric_rtp, timeout_s=timeout_s)
             protocol.session = session
             return session
         raise OSError(f"no free RTP port on {host} in {port_range or port}: {error}")
@@ -382,7 +392,7 @@ class RtpSession:
             remote=remote, codec=codec, dtmf_payload_type=dtmf_payload_type, direction=direction
         )
         if self._stream is None and not self._closed:
-            now = time.monotonic()
+            now = self._heard = time.monotonic()
             unsent, self._unsent = bytes(self._unsent), bytearray()
             first, rest = unsent[:AUDIO_CHUNK], unsent[AUDIO_CHUNK:]
             self._stream = SENDER.open(self._socket, self._config(), now, first)
@@ -405,6 +415,8 @@ class RtpSession:
         if direction is not None:
             if direction not in DIRECTIONS:
                 raise ValueError(f"unknown direction {direction!r}; expected one of {DIRECTIONS}")
+            if direction != self.direction:
+                self._heard = time.monotonic()  # the silence of a hold does not count
             self.direction = direction
         if dtmf_payload_type is not False:
             if dtmf_payload_type is not None and not 96 <= int(dtmf_payload_type) <= 127:
@@ -492,10 +504,24 @@ class RtpSession:
                 logger.info("RTP latched to %s:%d (SDP said %s:%d)", *source, *self.remote)
                 if self._stream is not None:
                     SENDER.update(self._stream, self._config())
+        self._heard = time.monotonic()
         if self.direction in ("sendonly", "inactive"):
             return
         self.stats.packets_in += 1
         self._deliver(self._jitter.push(packet))
+
+    async def silent(self) -> None:
+        """Return once no RTP has come from the caller for ``timeout_s`` while it should
+        (``sendrecv``: on hold either side may send nothing, RFC 3264 section 8.4);
+        ``RtpClosed`` once the session closed."""
+        while not self._closed:
+            left = self._heard + self.timeout_s - time.monotonic()
+            if self.direction != "sendrecv":
+                left = self.timeout_s  # look again: the hold may end
+            elif left <= 0:
+                return
+            await asyncio.sleep(left)
+        raise RtpClosed("the RTP session is closed")
 
     def _stranger(self, source: tuple[str, int]) -> None:
         self.stats.strangers += 1

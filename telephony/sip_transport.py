@@ -5,7 +5,9 @@ The SIP user agent owns the session (it opens it before the SDP answer and close
 BYE); this transport only reads and writes it, so ending the pipeline never closes the
 media under the UA's feet. Like pipecat's own transports it tells the application
 ``on_client_connected`` once its media flows (the agent greets) and
-``on_client_disconnected`` when the media ends under it (the caller hung up).
+``on_client_disconnected`` when the media ends under it (the caller hung up), and
+``on_media_timeout`` when the caller's RTP stopped for the session's ``timeout_s`` while the
+call is not on hold: its network is gone, and no BYE will come.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class SipInputTransport(BaseInputTransport):
             self._tasks = [
                 self.create_task(self._audio(), name="sip_audio_in"),
                 self.create_task(self._dtmf(), name="sip_dtmf_in"),
+                self.create_task(self._watch(), name="sip_media_watch"),
             ]
         await self.set_transport_ready(frame)
         if not self._connected:
@@ -99,6 +102,14 @@ class SipInputTransport(BaseInputTransport):
                 logger.info("a DTMF key with no keypad entry; not passed on")  # C11: no digit
                 continue
             await self.push_frame(InputDTMFFrame(button=button))
+
+    async def _watch(self) -> None:
+        try:
+            await self._session.silent()
+        except RtpClosed:
+            return
+        logger.info("no RTP from the caller for %g s", self._session.timeout_s)
+        await self._transport.notify("on_media_timeout")
 
 
 class SipOutputTransport(BaseOutputTransport):
@@ -142,6 +153,7 @@ class SipTransport(BaseTransport):
         self.session = session
         self._register_event_handler("on_client_connected")
         self._register_event_handler("on_client_disconnected")
+        self._register_event_handler("on_media_timeout")
         params = TransportParams(
             audio_in_enabled=True,
             audio_out_enabled=True,

@@ -10,7 +10,15 @@ import pytest
 from aiortc.rtp import RtpPacket
 
 from telephony import g711
-from telephony.rtp import Gap, JitterBuffer, Latch, RtpSession, RtpStats, behind_nat
+from telephony.rtp import (
+    Gap,
+    JitterBuffer,
+    Latch,
+    RtpClosed,
+    RtpSession,
+    RtpStats,
+    behind_nat,
+)
 from telephony.rtp_sender import LatenessHistogram
 from tests.pcap import SIPP_PCAPS, read_pcap_udp_payloads
 
@@ -149,6 +157,19 @@ async def test_hold_stops_sending_and_resume_sets_the_marker(session: RtpSession
     assert resumed.marker == 1 and first.marker == 1
     assert resumed.timestamp - first.timestamp > 160 * 5  # the clock ran on during hold
     callee.transport.close()
+
+
+async def test_silent_returns_once_the_callers_rtp_stops_and_fails_once_closed() -> None:
+    session = await RtpSession.open(HOST, timeout_s=0.1)
+    caller = await peer()
+    session.start(caller.address, "PCMU", None)
+    caller.transport.sendto(audio_packet(1), session.local_address)
+    await session.read()
+    await asyncio.wait_for(session.silent(), 5)
+    await session.close()
+    with pytest.raises(RtpClosed):
+        await session.silent()
+    caller.transport.close()
 
 
 async def test_dtmf_both_ways_between_two_sessions() -> None:

@@ -4,6 +4,8 @@ The agent server answers SIP because ``SIP_PORT`` is set, exactly as ``agent ser
 with the instant stub models. The caller is a bare UDP socket, so that INVITEs can be sent
 back to back within one round trip and every response is seen: which calls rang, which were
 answered, which were refused. The answered calls' RTP comes back to sockets of the test's own.
+A place is also given back when the caller's RTP stops (``RTP_TIMEOUT_S``), though not
+while the call is on hold.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from aiortc.rtp import RtpPacket
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -68,6 +71,20 @@ class Phone(asyncio.DatagramProtocol):
     def invite(self, call_id: str, agent: Address, rtp_port: int) -> None:
         body = sdp.LocalSession(HOST, rtp_port).offer()
         self._send(self._request("INVITE", call_id, f"sip:agent@{HOST}", call_id, body=body), agent)
+
+    def reinvite(self, call_id: str, agent: Address, rtp_port: int, direction: str) -> None:
+        """Put the call on hold (``sendonly``) or take it off (``sendrecv``), RFC 3264 8.4."""
+        answer = self.final(call_id)
+        assert answer is not None and answer.status == 200
+        contact = NameAddr.parse(answer.headers.get("Contact") or "").uri
+        to_tag = NameAddr.parse(answer.headers.get("To") or "").tag
+        body = sdp.LocalSession(HOST, rtp_port).offer(direction)
+        branch = secrets.token_hex(6)
+        cseq = max(r.cseq[0] for r in self.responses[call_id]) + 1
+        self._send(
+            self._request("INVITE", call_id, contact, branch, cseq=cseq, to_tag=to_tag, body=body),
+            agent,
+        )
 
     def cancel(self, call_id: str, agent: Address) -> None:
         self._send(self._request("CANCEL", call_id, f"sip:agent@{HOST}", call_id), agent)
@@ -128,7 +145,8 @@ class Phone(asyncio.DatagramProtocol):
             uri = f"sip:agent@{HOST}"
         else:
             uri = NameAddr.parse(response.headers.get("Contact") or "").uri
-        return self._request("ACK", response.call_id, uri, branch, to_tag=to_tag)
+        cseq = response.cseq[0]
+        return self._request("ACK", response.call_id, uri, branch, cseq=cseq, to_tag=to_tag)
 
     def _send(self, data: bytes, addr: tuple[str, int]) -> None:
         assert self.transport is not None
@@ -142,9 +160,18 @@ class Earpiece(asyncio.DatagramProtocol):
     def __init__(self) -> None:
         self.heard = asyncio.Event()
         self.port = 0
+        self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
         self.port = transport.get_extra_info("sockname")[1]
+
+    def speak(self, agent: Address, packets: int) -> None:
+        """Send the agent ``packets`` 20 ms packets of the caller's silence."""
+        assert self.transport is not None
+        for seq in range(packets):
+            packet = RtpPacket(0, 0, seq, seq * 160, 7, b"\xff" * 160)
+            self.transport.sendto(packet.serialize(), agent)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         if len(data) == 12 + 160 and data[1] & 0x7F == 0:  # 20 ms of PCMU
@@ -311,3 +338,43 @@ async def test_an_answer_never_acknowledged_gives_its_place_back(agent, sockets,
     await caller.until(lambda: caller.byes == ["unacknowledged"])  # timer H: the agent hangs up
     await all_places_free(client)
     assert await sip_calls(client) == []  # no conversation was started on it
+
+
+def agent_rtp(caller: Phone, call_id: str) -> Address:
+    """Where the agent's 200 said its RTP for the call is."""
+    answer = caller.final(call_id)
+    assert answer is not None
+    answered = sdp.parse(answer.body)
+    return (answered.ip, answered.port)
+
+
+async def test_a_caller_whose_rtp_stops_is_hung_up_for_media_timeout(agent, sockets):
+    client = await agent(RTP_TIMEOUT_S="1")
+    address = sip_address(client)
+    caller, ear = await sockets(Phone), await sockets(Earpiece)
+    caller.invite("vanished", address, ear.port)
+    await caller.until(lambda: caller.final("vanished") is not None)
+    ear.speak(agent_rtp(caller, "vanished"), 5)  # then its network goes
+    await caller.until(lambda: caller.byes == ["vanished"], timeout_s=1 + 2)
+    await asyncio.wait_for(asyncio.gather(*client.server.app[CALLS].tasks()), 30)
+    assert await sip_calls(client) == ["media_timeout"]
+    await all_places_free(client)
+
+
+async def test_a_call_on_hold_is_not_ended_for_its_silence(agent, sockets):
+    client = await agent(RTP_TIMEOUT_S="1")
+    address = sip_address(client)
+    caller, ear = await sockets(Phone), await sockets(Earpiece)
+    caller.invite("held", address, ear.port)
+    await caller.until(lambda: caller.final("held") is not None)
+    ear.speak(agent_rtp(caller, "held"), 5)
+    caller.reinvite("held", address, ear.port, "sendonly")  # on hold: no RTP from here on
+    await caller.until(
+        lambda: any(r.cseq == (2, "INVITE") and r.status == 200 for r in caller.responses["held"])
+    )
+    await asyncio.sleep(2 * 1)  # twice the timeout in silence, on hold
+    assert caller.byes == []
+    caller.reinvite("held", address, ear.port, "sendrecv")  # back, and still silent
+    await caller.until(lambda: caller.byes == ["held"], timeout_s=1 + 2)
+    await asyncio.wait_for(asyncio.gather(*client.server.app[CALLS].tasks()), 30)
+    assert await sip_calls(client) == ["media_timeout"]
