@@ -88,6 +88,8 @@ class ChatCompletionsLLMService(OpenAILLMService):
         self._prefetch: tuple[str, asyncio.Task[Any]] | None = None
         #: Turns answered from a request sent ahead, and requests sent ahead for nothing.
         self.prefetch_hits = self.prefetch_misses = 0
+        #: Set at the call's end: no request is sent ahead from then on.
+        self._closed = False
         super().__init__(
             api_key=api_key,
             base_url=base_url,
@@ -116,7 +118,10 @@ class ChatCompletionsLLMService(OpenAILLMService):
 
     def prefetch(self, context: LLMContext) -> None:
         """Send ``context``'s request now, in place of any sent before: the turn's own
-        request is answered from its stream if it is the same."""
+        request is answered from its stream if it is the same. Not once the call has
+        ended: the STT's last final may come after this service's cleanup."""
+        if self._closed:
+            return
         self.cancel_prefetch()
         task = asyncio.get_running_loop().create_task(
             OpenAILLMService.get_chat_completions(self, context), name="llm_prefetch"
@@ -141,6 +146,7 @@ class ChatCompletionsLLMService(OpenAILLMService):
             self._abandoned.add(context)
 
     async def cleanup(self) -> None:
+        self._closed = True
         self.cancel_prefetch()
         await super().cleanup()
 

@@ -19,6 +19,11 @@ never acts on half a sentence. A loss during silence that the first attempt
 repairs is not mentioned to the caller. If no attempt succeeds, the call ends
 cleanly: ``technical_end`` is spoken, ``stt_unavailable`` recorded, and the
 pipeline asked to end once the line has been said.
+
+Nothing of the stream outlives its call, however the call ends: hung up, cancelled, or
+cut short before its pipeline had started (then pipecat only cleans it up). A stream
+still opening is cancelled, the reconnecting stopped, the open stream and its receive
+task closed (``_disconnect``).
 """
 
 from __future__ import annotations
@@ -65,6 +70,8 @@ RECONNECT_BUDGET_S = 8.0
 #: The websocket's ping interval: a server that stops answering (hung, its host gone)
 #: is noticed within about one and a half of these, not at the caller's next turn.
 HEARTBEAT_S = 5.0
+#: How long our ``stop`` may wait for the server's ``usage`` at the call's end.
+STOP_TIMEOUT_S = 2.0
 #: ``end_reason`` of a call ended because no STT stream could be opened again.
 STT_UNAVAILABLE = "stt_unavailable"
 #: The fixed texts (``prompts/<version>/templates.toml``) the caller hears on a loss.
@@ -123,6 +130,8 @@ class StreamingSTTService(STTService):
         self._preroll: collections.deque[bytes] = collections.deque()
         self._preroll_bytes = 0
         self._ws: aiohttp.ClientWebSocketResponse | None = None
+        #: A stream being opened (``_open``): the call's end cancels it.
+        self._opening: asyncio.Future[None] | None = None
         self._receive_task: asyncio.Task[None] | None = None
         self._speaking = False
         self._turn = 0
@@ -150,7 +159,7 @@ class StreamingSTTService(STTService):
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         try:
-            await asyncio.wait_for(self._connect(), CONNECT_TIMEOUT_S)
+            await self._open(CONNECT_TIMEOUT_S)
         except RECONNECTABLE as e:
             # Down between calls: the same as a loss, without a hold line before the
             # greeting (unless the caller speaks first).
@@ -164,55 +173,95 @@ class StreamingSTTService(STTService):
         await self._disconnect(graceful=False)
         await super().cancel(frame)
 
-    async def _connect(self) -> None:
-        ws = await self._session.ws_connect(
-            self._url, heartbeat=HEARTBEAT_S, timeout=aiohttp.ClientWSTimeout(ws_close=1.0)
-        )
+    async def cleanup(self) -> None:
+        # A call ended before its pipeline had started gets no stop or cancel, only this.
+        # pipecat's part first: it cancels the frame tasks, and with them a start still
+        # opening the stream, so that no StartFrame goes on into a pipeline torn down.
+        await super().cleanup()
+        await self._disconnect(graceful=False)
+
+    async def _open(self, timeout: float) -> bool:
+        """Open a stream: True once it is open, False if the call ended meanwhile.
+
+        The attempt runs in a future of its own, which the call's end cancels
+        (``_disconnect``) without cancelling whoever awaits it: pipecat's frame task at the
+        call's start, which goes on to pass the StartFrame along."""
+        if self._closing:
+            return False
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
+        self._opening = asyncio.ensure_future(self._connect(timeout))
         try:
-            await ws.send_str(
-                json.dumps(
-                    {
-                        "type": "start",
-                        "call_id": self._call_id,
-                        "sample_rate": self.sample_rate,
-                        "language": self._language,
-                    }
-                )
+            await self._opening
+        except asyncio.CancelledError:
+            if task is not None and task.cancelling() > cancels:
+                raise  # we were cancelled ourselves (and the attempt with us)
+            return False
+        finally:
+            self._opening = None
+        return True
+
+    async def _connect(self, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            ws = await self._session.ws_connect(
+                self._url, heartbeat=HEARTBEAT_S, timeout=aiohttp.ClientWSTimeout(ws_close=1.0)
             )
-            reply = await ws.receive(timeout=10)
-            if reply.type != aiohttp.WSMsgType.TEXT:
-                raise StreamLost(
-                    f"STT server closed the stream before it was ready ({reply.type.name})"
+            try:
+                await ws.send_str(
+                    json.dumps(
+                        {
+                            "type": "start",
+                            "call_id": self._call_id,
+                            "sample_rate": self.sample_rate,
+                            "language": self._language,
+                        }
+                    )
                 )
-            event = json.loads(reply.data)
-            if event.get("type") != "ready":
-                raise ConnectionError(f"STT server refused the stream: {event}")
-        except BaseException:
-            await ws.close()
-            raise
+                reply = await ws.receive()
+                if reply.type != aiohttp.WSMsgType.TEXT:
+                    raise StreamLost(
+                        f"STT server closed the stream before it was ready ({reply.type.name})"
+                    )
+                event = json.loads(reply.data)
+                if event.get("type") != "ready":
+                    raise ConnectionError(f"STT server refused the stream: {event}")
+            except BaseException:
+                await ws.close()
+                raise
         self._ws = ws
         self._receive_task = self.create_task(self._receive(ws), name="stt_receive")
         logger.debug("STT stream open for call %s at %d Hz", self._call_id, self.sample_rate)
 
     async def _disconnect(self, *, graceful: bool) -> None:
+        """End the call's stream for good, whatever it is doing: reconnecting, opening (both
+        cancelled, what they opened closed), or open (closed, after our ``stop`` if
+        ``graceful``). Called again (pipecat's cleanup after a stop cut short), it closes
+        what the first call left."""
         self._closing = True
         if self._recovery is not None and self._recovery is not asyncio.current_task():
             await self.cancel_task(self._recovery)
             self._recovery = None
-        ws, self._ws = self._ws, None
-        if ws is None or ws.closed:
-            return
-        if graceful:
+        if (opening := self._opening) is not None:
+            opening.cancel()
+            await asyncio.wait([opening])
+        ws = self._ws
+        if graceful and ws is not None and not ws.closed:
             try:
                 await ws.send_str(json.dumps({"type": "stop"}))
-                if self._receive_task:
-                    await asyncio.wait_for(asyncio.shield(self._receive_task), timeout=2)
-            except (TimeoutError, ConnectionError, aiohttp.ClientError):
+                if self._receive_task is not None:
+                    _, late = await asyncio.wait([self._receive_task], timeout=STOP_TIMEOUT_S)
+                    if late:
+                        logger.warning(
+                            "STT server did not answer the stop of call %s", self._call_id
+                        )
+            except (ConnectionError, aiohttp.ClientError):
                 logger.warning("STT stream of call %s did not close cleanly", self._call_id)
-        if self._receive_task:
+        if self._receive_task is not None:
             await self.cancel_task(self._receive_task)
             self._receive_task = None
-        await ws.close()
+        if ws is not None:
+            self._ws = None
+            await ws.close()
 
     async def _receive(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         why = "closed by the server"
@@ -292,7 +341,8 @@ class StreamingSTTService(STTService):
                     break
                 attempts += 1
                 try:
-                    await asyncio.wait_for(self._connect(), min(CONNECT_TIMEOUT_S, left))
+                    if not await self._open(min(CONNECT_TIMEOUT_S, left)):
+                        return  # the call ended meanwhile
                 except RECONNECTABLE as e:
                     reason = _describe(e)
                     logger.info("STT reconnect attempt %d failed: %s", attempts, reason)

@@ -57,6 +57,8 @@ class CartesiaClient:
         self._session = session
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._lock = asyncio.Lock()
+        #: Set when the call ends: nothing opens a websocket from then on.
+        self._closed = False
 
     async def connect(self) -> None:
         """Open the websocket now, so the first fallback does not pay the handshake."""
@@ -64,14 +66,20 @@ class CartesiaClient:
             await self._open()
 
     async def _open(self) -> aiohttp.ClientWebSocketResponse:
+        if self._closed:
+            raise FallbackError("closed: the call has ended")
         if self._ws is not None and not self._ws.closed:
             return self._ws
         headers = {"X-API-Key": self._config.api_key, "Cartesia-Version": CARTESIA_VERSION}
         try:
-            self._ws = await self._session.ws_connect(self._config.url, headers=headers)
+            ws = await self._session.ws_connect(self._config.url, headers=headers)
         except (aiohttp.ClientError, OSError) as e:
             raise FallbackError(f"cannot connect to {self._config.url}: {e}") from e
-        return self._ws
+        if self._closed:  # the call ended while this was connecting: nobody else closes it
+            await ws.close()
+            raise FallbackError("closed: the call has ended")
+        self._ws = ws
+        return ws
 
     async def synthesize(self, text: str, sample_rate: int) -> AsyncGenerator[bytes, None]:
         """PCM s16le mono at ``sample_rate`` for ``text``, chunk by chunk as it streams."""
@@ -123,6 +131,9 @@ class CartesiaClient:
                         await ws.close()
 
     async def close(self) -> None:
-        if self._ws is not None:
-            await self._ws.close()
-            self._ws = None
+        """Close the websocket for good: one still connecting is closed when it opens, and
+        a sentence asked for later (a turn under way at the call's end) opens none."""
+        self._closed = True
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            await ws.close()

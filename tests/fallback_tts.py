@@ -10,6 +10,7 @@ the fallback's voice from the primary's and see that every sentence came once.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
@@ -33,15 +34,27 @@ class FakeCartesia:
     def __init__(self) -> None:
         self.transcripts: list[str] = []
         self.connections = 0
+        #: Set when a connection is asked for; while ``upgrade`` is clear, it waits there.
+        self.asked = asyncio.Event()
+        self.upgrade = asyncio.Event()
+        self.upgrade.set()
+        self._websockets: list[web.WebSocketResponse] = []
         self.app = web.Application()
         self.app.router.add_get("/tts/websocket", self._websocket)
+
+    @property
+    def open_websockets(self) -> int:
+        return sum(not ws.closed for ws in self._websockets)
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         if request.headers.get("X-API-Key") != API_KEY:
             raise web.HTTPUnauthorized(text="invalid API key")
+        self.asked.set()
+        await self.upgrade.wait()
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self.connections += 1
+        self._websockets.append(ws)
         async for message in ws:
             if message.type != WSMsgType.TEXT:
                 break

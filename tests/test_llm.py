@@ -35,6 +35,17 @@ async def test_giving_up_a_request_its_own_timeout_is_already_cutting_is_harmles
     assert not llm._cut  # its own timeout's cut: a request not answered, an outage
 
 
+async def test_nothing_is_sent_ahead_once_the_call_has_ended():
+    """pipecat cleans a call's processors up side by side: the STT's last final (and the
+    speculation it starts) can come after this service's cleanup, which is its last."""
+    llm = service()
+    await llm.cleanup()
+    before = asyncio.all_tasks()
+    llm.prefetch(LLMContext(messages=[{"role": "user", "content": "hello"}]))
+    assert asyncio.all_tasks() == before  # no request on its way, for nobody to close
+    assert llm.prefetch_misses == 0
+
+
 async def test_a_request_given_up_before_it_is_sent_is_not_sent():
     llm, context = service(), LLMContext(messages=[{"role": "user", "content": "hi"}])
     llm.abandon(context)

@@ -4,15 +4,21 @@ The server here plays the STT server's part of docs/protocols.md and can die the
 killed process does (its connections reset, no close frame), refuse new streams, hold
 back finals, or accept connections and never answer. tests/test_faults.py kills the real
 server process under a real call; these pin down each branch of the reconnect logic.
+
+At the end, that no stream outlives its call however early the call ends: calls against
+the stub servers' process (the real STT server's stream code), which counts its open
+streams in /health.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import random
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,9 +26,11 @@ import aiohttp
 import pytest
 from aiohttp import WSMsgType, web
 from pipecat.frames.frames import (
+    EndFrame,
     EndWorkerFrame,
     Frame,
     InputAudioRawFrame,
+    StartFrame,
     SystemFrame,
     TranscriptionFrame,
     TTSSpeakFrame,
@@ -30,13 +38,16 @@ from pipecat.frames.frames import (
     VADUserStoppedSpeakingFrame,
 )
 from pipecat.pipeline.pipeline import Pipeline
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
+from pipecat.workers.runner import WorkerRunner
 
 import agent.stt
 from agent.policy import PolicyEvent
 from agent.prompts import PromptSet
 from agent.stt import STT_UNAVAILABLE, StreamingSTTService
+from tests.servers import running_server
 
 TEXTS = PromptSet.load("collections-v2").templates
 HOLD, RESUME, END = TEXTS["technical_hold"], TEXTS["technical_resume"], TEXTS["technical_end"]
@@ -367,3 +378,139 @@ async def test_a_listener_hears_each_final_before_the_pipeline_and_each_new_utte
 
     assert heard(down) == ["hello there", "hello there"]
     assert told == ["resumed", "heard hello there", "resumed", "heard hello there"]
+
+
+# -- no stream outlives its call (issue 19) ----------------------------------------------
+
+#: The calls of the hang-up test, and the seed of their moments.
+QUICK_CALLS = 100
+SEED = 19
+#: A guard against a hang, not a measure: what a call leaves open never closes at all.
+SETTLE_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The stub servers in a process of their own: the real STT server's stream code,
+    whose /health counts the streams open."""
+    logs = tmp_path_factory.mktemp("stub-logs")
+    with running_server("stub", "infra.stub_server", logs, timeout=60) as server:
+        yield server.base_url
+
+
+class Starting(FrameProcessor):
+    """The rest of a call behind the STT (the TTS, the line), taking ``delay_s`` to start."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self._delay_s = delay_s
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if isinstance(frame, StartFrame):
+            await asyncio.sleep(self._delay_s)
+        await self.push_frame(frame, direction)
+
+
+def worker_of(service: StreamingSTTService, start_s: float) -> PipelineWorker:
+    """A call's pipeline as ``agent.call`` runs it: the STT, then the rest of the call."""
+    return PipelineWorker(
+        Pipeline([service, Starting(start_s)]),
+        params=PipelineParams(audio_in_sample_rate=16000),
+        enable_rtvi=False,
+        enable_turn_tracking=False,
+        idle_timeout_secs=None,
+    )
+
+
+async def quick_call(
+    service: StreamingSTTService, *, begin_s: float, start_s: float, end_s: float, how: str
+) -> None:
+    """A call of ``service`` placed at ``begin_s``, whose rest takes ``start_s`` to start,
+    ended ``end_s`` later as ``agent.call.Call`` ends one: hung up (``EndFrame``) or
+    cancelled (the caller gone, the server stopping)."""
+    await asyncio.sleep(begin_s)
+    worker = worker_of(service, start_s)
+    runner = WorkerRunner(handle_sigint=False)
+    await runner.add_workers(worker)
+    running = asyncio.create_task(runner.run())
+    await asyncio.sleep(end_s)
+    if how == "hang_up":
+        await worker.queue_frame(EndFrame())
+    else:
+        await worker.cancel(reason="caller_hung_up")
+    await running
+
+
+async def open_streams(session: aiohttp.ClientSession, base_url: str) -> int:
+    async with session.get(f"{base_url}/health") as response:
+        count: int = (await response.json())["open_streams"]
+        return count
+
+
+async def settle(before: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+    """The tasks started since ``before`` that are still running once the rest ended."""
+    extra = asyncio.all_tasks() - before
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(SETTLE_S):
+            while extra := asyncio.all_tasks() - before:
+                await asyncio.wait(extra)
+    return extra
+
+
+async def test_calls_ended_at_any_moment_leave_no_stream_or_task_behind(stub):
+    """Calls placed over a second, each ended at a random moment of its first second: most
+    within a few milliseconds, while the stream or the rest of the call is still starting."""
+    rng = random.Random(SEED)
+    before = asyncio.all_tasks()
+    async with aiohttp.ClientSession() as session:
+        url = stub.replace("http://", "ws://") + "/v1/listen"
+        calls = [
+            quick_call(
+                stt(url, session, []),
+                begin_s=rng.random(),
+                start_s=rng.random() * 0.1,
+                end_s=rng.random() ** 4,  # a third within the first 10 ms
+                how=rng.choice(("hang_up", "cancel")),
+            )
+            for _ in range(QUICK_CALLS)
+        ]
+        await asyncio.gather(*calls)
+        left = -1
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SETTLE_S):
+                # The server sees a stream closed a moment after the client does.
+                while (left := await open_streams(session, stub)) > 0:
+                    await asyncio.sleep(0.05)
+        extra = await settle(before)
+    assert left == 0, f"{left} streams open on the server after their calls ended"
+    assert not extra, f"tasks left running: {sorted(t.get_name() for t in extra)}"
+
+
+async def test_reconnecting_stops_when_the_call_ends_before_it_started(server):
+    """The server refused the call's first stream; the call is cancelled while the rest
+    of it is still starting (pipecat then only cleans the pipeline up): no attempt after."""
+    fake, url = server
+    fake.refusing = True
+    lost = asyncio.Event()
+    before = asyncio.all_tasks()
+    # No keep-alive: the server's task for a refused attempt ends with its answer.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as s:
+        service = StreamingSTTService(
+            url=url,
+            session=s,
+            call_id="c-test",
+            on_event=lambda event: lost.set(),
+            reconnect_delays_s=(0.0, 0.0, 0.5, 0.5),
+        )
+        worker = worker_of(service, start_s=60.0)
+        runner = WorkerRunner(handle_sigint=False)
+        await runner.add_workers(worker)
+        running = asyncio.create_task(runner.run())
+        await lost.wait()
+        await worker.cancel(reason="caller_hung_up")
+        await running
+        fake.refusing = False  # an attempt from here on would be answered
+        extra = await settle(before)
+    assert not extra, f"tasks left running: {sorted(t.get_name() for t in extra)}"
+    assert fake.streams == []

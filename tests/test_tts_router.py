@@ -14,7 +14,7 @@ from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.tests.utils import run_test
 
 from agent.policy import PolicyEvent
-from agent.tts_fallback import CartesiaClient, FallbackConfig
+from agent.tts_fallback import CartesiaClient, FallbackConfig, FallbackError
 from agent.tts_router import CircuitBreaker, RoutedTTSService, is_voiced
 from tests.fallback_tts import API_KEY, FALLBACK_LEVEL, FakeCartesia
 
@@ -224,3 +224,36 @@ def test_a_configured_fallback_needs_its_key_and_voice():
         Settings.from_env({"TTS_FALLBACK": "azure"}, dotenv=False)
     with pytest.raises(ConfigError, match="DEADLINE"):
         Settings.from_env({**env, "TTS_FALLBACK_DEADLINE_MS": "0"}, dotenv=False)
+
+
+# -- no websocket outlives its call (issue 19) -------------------------------------------
+
+
+def cartesia(url: str, session: aiohttp.ClientSession) -> CartesiaClient:
+    return CartesiaClient(FallbackConfig("cartesia", url, API_KEY, voice="voice-1"), session)
+
+
+async def test_a_fallback_websocket_opening_when_the_call_ends_is_closed(fallback, session):
+    """The router connects the fallback as its call starts and closes it at the call's end;
+    a call ended within milliseconds closes it while the handshake is under way."""
+    fake, url = fallback
+    fake.upgrade.clear()
+    client = cartesia(url, session)
+    connecting = asyncio.create_task(client.connect())
+    await fake.asked.wait()
+    await client.close()
+    fake.upgrade.set()
+    with pytest.raises(FallbackError, match="call has ended"):
+        await connecting
+    assert fake.connections == 1 and fake.open_websockets == 0
+
+
+async def test_a_sentence_asked_for_after_the_call_ended_opens_no_websocket(fallback, session):
+    """A turn still under way when the call ends may fall back after the close."""
+    fake, url = fallback
+    client = cartesia(url, session)
+    await client.close()
+    with pytest.raises(FallbackError, match="call has ended"):
+        async for _ in client.synthesize("Goodbye.", 16000):
+            pass
+    assert fake.connections == 0
