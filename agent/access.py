@@ -109,10 +109,7 @@ def guard(*rules: Rule) -> Callable[[Handler], Handler]:
 
 def rules_of(handler: object) -> tuple[Rule, ...] | None:
     """The rules ``handler`` was guarded with, or None if it declares none."""
-    rules = getattr(handler, _RULES, None)
-    if rules is None and isinstance(handler, functools.partial):
-        rules = getattr(handler.func, _RULES, None)
-    return rules
+    return getattr(handler, _RULES, None)
 
 
 #: Static files are served to anyone: the call page's script and the console's assets.

@@ -10,10 +10,7 @@ page adds its stage and last line to the database's rows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -62,14 +59,16 @@ class Reservation:
     has the place, releasing it does nothing.
     """
 
-    def __init__(self, calls: LiveCalls) -> None:
+    def __init__(self, calls: LiveCalls, page_address: str | None = None) -> None:
         self._calls = calls
+        #: The address that asked from the call page, for its limits (``page_calls``).
+        self.page_address = page_address
         self.held = True
 
     def release(self) -> None:
         if self.held:
             self.held = False
-            self._calls._vacate()
+            self._calls._vacate(self)
 
     def __enter__(self) -> Reservation:
         return self
@@ -92,15 +91,14 @@ class LiveCalls:
         self._keep_ended_s = keep_ended_s
         self.capacity = capacity
         self.draining = False
-        self._reserved = 0
+        self._reserved: set[Reservation] = set()
         self._deadline: float | None = None
         self._changed = asyncio.Event()
-        self._page_offers: Counter[str] = Counter()
 
     @property
     def active(self) -> int:
         """Calls in progress (started and not yet ended) and calls being answered (reserved)."""
-        return self._reserved + sum(not live.finished for live in self._calls.values())
+        return len(self._reserved) + sum(not live.finished for live in self._calls.values())
 
     @property
     def accepting(self) -> bool:
@@ -109,26 +107,28 @@ class LiveCalls:
     def get(self, call_id: str) -> LiveCall | None:
         return self._calls.get(call_id)
 
-    def reserve(self) -> Reservation:
-        """A place for a call about to be answered; ``LineBusy`` when the worker is full or
-        draining."""
+    def reserve(self, page_address: str | None = None) -> Reservation:
+        """A place for a call about to be answered (``page_address``: asked for from the
+        call page, by that address); ``LineBusy`` when the worker is full or draining."""
         if self.draining:
             raise LineBusy("this worker is shutting down: no new calls")
         if self.active >= self.capacity:
             raise LineBusy(f"this worker is full ({self.capacity} calls)")
-        self._reserved += 1
-        return Reservation(self)
+        reservation = Reservation(self, page_address)
+        self._reserved.add(reservation)
+        return reservation
 
     def add(self, live: LiveCall, reservation: Reservation) -> None:
         """Register ``live`` in the place ``reservation`` held for it."""
         if not reservation.held:
             raise RuntimeError("a call can only take a place reserved and not yet released")
         reservation.held = False
-        self._reserved -= 1
+        self._reserved.discard(reservation)
+        live.page_address = reservation.page_address
         self._calls[live.call.id] = live
 
-    def _vacate(self) -> None:
-        self._reserved -= 1
+    def _vacate(self, reservation: Reservation) -> None:
+        self._reserved.discard(reservation)
         self._changed.set()
 
     async def drain(self, timeout_s: float) -> int:
@@ -160,24 +160,9 @@ class LiveCalls:
 
     def page_calls(self, address: str | None = None) -> int:
         """Call-page calls from ``address`` (or from anyone): in progress, or being answered."""
-        live = sum(
-            call.page_address is not None and address in (None, call.page_address)
-            for call in self.in_progress()
-        )
-        answering = self._page_offers.total() if address is None else self._page_offers[address]
-        return live + answering
-
-    @contextlib.contextmanager
-    def page_offer(self, address: str) -> Iterator[None]:
-        """Count an offer from ``address`` while it is answered, so that offers sent together
-        cannot all pass the limits before the first call is registered."""
-        self._page_offers[address] += 1
-        try:
-            yield
-        finally:
-            self._page_offers[address] -= 1
-            if not self._page_offers[address]:
-                del self._page_offers[address]
+        pages = [call.page_address for call in self.in_progress()]
+        pages += [reservation.page_address for reservation in self._reserved]
+        return sum(page is not None and address in (None, page) for page in pages)
 
     def in_progress(self) -> list[LiveCall]:
         return [live for live in self._calls.values() if not live.finished]

@@ -141,16 +141,14 @@ async def offer(request: web.Request) -> web.Response:
     try:
         if calls.page_calls() >= ctx.settings.call_page_max_calls:
             raise LineBusy("the call page carries all the calls it may now: try again later")
-        reservation = calls.reserve()
+        reservation = calls.reserve(page_address=address)
     except LineBusy as e:
         return _busy(e)
-    with reservation, calls.page_offer(address):
-        return await _answer_offer(request, address, reservation)
+    with reservation:
+        return await _answer_offer(request, reservation)
 
 
-async def _answer_offer(
-    request: web.Request, address: str, reservation: Reservation
-) -> web.Response:
+async def _answer_offer(request: web.Request, reservation: Reservation) -> web.Response:
     ctx, calls = request.app[CTX], request.app[CALLS]
     try:
         body = await request.json()
@@ -165,7 +163,6 @@ async def _answer_offer(
     started = start_call(request.app, transport, CallInfo(path="webrtc"), reservation=reservation)
     live = calls.get(started.call_id)
     assert live is not None
-    live.page_address = address
     # However the call ends (the peer left, never connected, a limit), the peer connection
     # and its ports go with it.
     started.task.add_done_callback(lambda _: asyncio.ensure_future(connection.disconnect()))

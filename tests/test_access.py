@@ -32,6 +32,18 @@ ELSEWHERE = {"X-Forwarded-For": "203.0.113.9"}
 #: The state-changing routes anyone may use, each for a reason its guard states. A new one
 #: must be added here on purpose.
 ANONYMOUS_WRITES = {"POST /login", "POST /api/offer"}
+#: Every way in configured, so that each guard is met, not a "not configured".
+EVERY_WAY_IN = {
+    "PUBLIC_URL": "https://agent.example.com",
+    "SECURE_COOKIES": "0",  # the test client speaks plain HTTP
+    "TWILIO_ACCOUNT_SID": "AC" + "0" * 32,
+    "TWILIO_AUTH_TOKEN": "a-twilio-auth-token",
+    "TELNYX_API_KEY": "a-telnyx-api-key",
+    "TELNYX_PUBLIC_KEY": base64.b64encode(bytes(32)).decode(),
+    "LIVEKIT_URL": "wss://livekit.example.com",
+    "LIVEKIT_API_KEY": "a-livekit-key",
+    "LIVEKIT_API_SECRET": "a-livekit-secret-of-some-length-0000",
+}
 #: Path parameters as a request would give them.
 PARAMETERS = {
     "call_id": "0" * 32,
@@ -50,16 +62,7 @@ async def app(tmp_path) -> AsyncIterator[web.Application]:
             "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
             "DATA_DIR": str(tmp_path),
             "TRUST_FORWARDED_FOR": "1",
-            # Every way in configured, so that each guard is met, not a "not configured".
-            "PUBLIC_URL": "https://agent.example.com",
-            "SECURE_COOKIES": "0",  # the test client speaks plain HTTP
-            "TWILIO_ACCOUNT_SID": "AC" + "0" * 32,
-            "TWILIO_AUTH_TOKEN": "a-twilio-auth-token",
-            "TELNYX_API_KEY": "a-telnyx-api-key",
-            "TELNYX_PUBLIC_KEY": base64.b64encode(bytes(32)).decode(),
-            "LIVEKIT_URL": "wss://livekit.example.com",
-            "LIVEKIT_API_KEY": "a-livekit-key",
-            "LIVEKIT_API_SECRET": "a-livekit-secret-of-some-length-0000",
+            **EVERY_WAY_IN,
         }
     )
     async with AgentRuntime(settings, stub_models=True) as ctx:

@@ -9,7 +9,6 @@ it (the handlers' own checks, under the net) none is a 500.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,6 +26,7 @@ from agent.models import Role
 from agent.runtime import AgentRuntime
 from agent.server import make_app
 from tests.console import PEOPLE, hidden
+from tests.test_access import EVERY_WAY_IN
 
 Client = TestClient[web.Request, web.Application]
 
@@ -203,16 +203,7 @@ def settings(db_url: str, tmp_path: Path) -> Settings:
             "DATABASE_URL": db_url,
             "DATA_DIR": str(tmp_path),
             "RECORDING_STORE": str(tmp_path / "recordings"),
-            # Every way in configured, so that every route is there to walk.
-            "PUBLIC_URL": "https://agent.example.com",
-            "SECURE_COOKIES": "0",  # the test client speaks plain HTTP
-            "TWILIO_ACCOUNT_SID": "AC" + "0" * 32,
-            "TWILIO_AUTH_TOKEN": "a-twilio-auth-token",
-            "TELNYX_API_KEY": "a-telnyx-api-key",
-            "TELNYX_PUBLIC_KEY": base64.b64encode(bytes(32)).decode(),
-            "LIVEKIT_URL": "wss://livekit.example.com",
-            "LIVEKIT_API_KEY": "a-livekit-key",
-            "LIVEKIT_API_SECRET": "a-livekit-secret-of-enough-length",
+            **EVERY_WAY_IN,  # so that every route is there to walk
         }
     )
 
