@@ -265,10 +265,10 @@ async def test_a_trunk_that_answers_nothing_fails_the_call_and_it_does_not_count
     assert all(
         a.sip_status is None and "no response to INVITE" in a.reason for a in report.attempts
     )
-    assert attempts(portfolio) == [
-        (*BOSTON, "failed", False, None),
-        (*DALLAS, "failed", False, None),
-    ]
+    # the two dials run side by side: either may be stored first
+    assert sorted(attempts(portfolio)) == sorted(
+        [(*BOSTON, "failed", False, None), (*DALLAS, "failed", False, None)]
+    )
 
 
 async def test_denied_entries_are_not_dialed_and_report_their_rule(
