@@ -19,6 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.config import Settings
+from agent.latency import (
+    MEANINGS,
+    RESPONSE,
+    RESPONSE_TARGET_MS,
+    VOICE_TO_VOICE,
+    VOICE_TO_VOICE_TARGET_MS,
+)
 from agent.plan import profile_document, profile_path_for, stage_option, write_profile
 from agent.quantiles import percentile
 from agent.records import TurnRecord
@@ -102,21 +109,19 @@ def _compute_class() -> str:
     return f"cpu-{os.cpu_count()}core"
 
 
-def own_overhead_ms(turn: TurnRecord, vad_stop_ms: float) -> float | None:
+def own_overhead_ms(turn: TurnRecord) -> float | None:
     """A turn's response latency less the model stages in it: our own share of the turn.
 
-    The response runs from the turn committed to the first frame sent; in it are the
-    part of STT still running at the commit (the final arrives ``stt_ms`` after the
-    VAD stop, which is ``vad_stop_ms`` after the last voiced frame, the commit
-    ``endpointing_ms`` after it), the LLM's first token and the TTS's first byte.
-    What is left is frame hops, policy, guard and transport out.
+    The response runs from the VAD's stop to the first frame sent (agent.latency); in
+    it are the STT's final (``stt_ms``, from the same VAD stop), the LLM's first token
+    and the TTS's first byte. What is left is the end-of-turn decision beyond the
+    final, frame hops, policy, guard and transport out.
     """
-    parts = (turn.response_ms, turn.stt_ms, turn.endpointing_ms, turn.llm_ttft_ms, turn.tts_ttfb_ms)
+    parts = (turn.response_ms, turn.stt_ms, turn.llm_ttft_ms, turn.tts_ttfb_ms)
     if any(v is None for v in parts):
         return None
-    response, stt, endpointing, llm, tts = (float(v or 0.0) for v in parts)
-    stt_after_commit = max(0.0, stt + vad_stop_ms - endpointing)
-    return max(0.0, response - stt_after_commit - llm - tts)
+    response, stt, llm, tts = (float(v or 0.0) for v in parts)
+    return max(0.0, response - stt - llm - tts)
 
 
 def turn_profile(
@@ -127,7 +132,6 @@ def turn_profile(
     Both runs give the agent's own stages (endpointing, overhead); only the CPU run
     gives model stages: the stubs answer instantly and serve no one.
     """
-    stop_ms = settings.vad_stop_secs * 1000
     llm = (
         "policy templates (LLM_MODE=templates: no model on the reply path)"
         if settings.llm_mode == "templates"
@@ -155,10 +159,10 @@ def turn_profile(
                     + where,
                     samples_ms=endpoint,
                     colocated=colocated,
-                    note="last voiced caller frame to turn committed",
+                    note="last voiced caller frame to the VAD's stop (the endpointing wait)",
                 )
             )
-        overhead = [v for t in turns if (v := own_overhead_ms(t, stop_ms)) is not None]
+        overhead = [v for t in turns if (v := own_overhead_ms(t)) is not None]
         if overhead:
             options.append(
                 stage_option(
@@ -166,8 +170,8 @@ def turn_profile(
                     f"agent worker, {where}",
                     samples_ms=overhead,
                     colocated=colocated,
-                    note="per turn: response - STT still running at the commit - LLM first "
-                    "token - TTS first byte (frame hops, policy, guard, transport out)",
+                    note="per turn: response - STT final - LLM first token - TTS first byte "
+                    "(end-of-turn decision, frame hops, policy, guard, transport out)",
                 )
             )
         if not colocated:
@@ -452,11 +456,12 @@ async def run_turn_bench(
             "",
             *(f"- **{c}**: {CONFIGS[c]}" for c in configs),
             "",
-            "Parts: *endpoint* = last voiced caller frame to turn committed; *stt* = VAD "
+            "Parts: *endpoint* = last voiced caller frame to the VAD's stop; *stt* = VAD "
             "stop to final transcript; *llm ttft* = request to first token; *tts ttfb* = "
             "request to first audio; *out* = first audio from TTS to first frame sent; "
-            "*response* = turn committed to first frame sent; *v2v* = last voiced frame "
-            "to first frame sent.",
+            f"*response* = {MEANINGS[RESPONSE]} (target {RESPONSE_TARGET_MS:.0f} ms); "
+            f"*v2v* = voice-to-voice, {MEANINGS[VOICE_TO_VOICE]} "
+            f"(target {VOICE_TO_VOICE_TARGET_MS:.0f} ms).",
             "",
             text,
             "",

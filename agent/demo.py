@@ -77,6 +77,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from agent.config import Settings
 from agent.guard import GuardContext, OutputGuard
+from agent.latency import DEFINITION
 from agent.models import AttemptOutcome, Call, CallStatus, Consumer, Debt, Promise, PromiseStatus
 from agent.policy import Account, ConversationPolicy, PolicyEvent, Stage, Templates
 from agent.portfolio import REQUIRED_COLUMNS, account_for, import_portfolio, to_e164
@@ -359,9 +360,12 @@ class MeasuredTurn:
 
     @classmethod
     def of(cls, turn: Any) -> MeasuredTurn | None:
-        """A stored turn (``Turn`` row or ``TurnRecord``) if it was measured whole, else None."""
+        """A stored turn (``Turn`` row or ``TurnRecord``) if it was measured whole, under the
+        current latency definitions (agent.latency), else None."""
         parts = {name: getattr(turn, name) for name in LATENCY_PARTS}
         if any(value is None for value in parts.values()) or turn.interrupted:
+            return None
+        if turn.latency_definition != DEFINITION:
             return None
         if turn.started_at is None or turn.ended_at is None:
             return None

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     String,
     Text,
     TypeDecorator,
@@ -34,6 +35,8 @@ from sqlalchemy import (
     false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from agent.latency import DEFINITION
 
 #: Constraint names spelled out, so migrations can name what they alter and
 #: SQLite batch mode can recreate tables faithfully.
@@ -235,7 +238,7 @@ class Turn(Base):
     """One exchange: what the caller said, what the agent answered, and how long it took.
 
     Latency is kept in parts (endpointing, STT, LLM, TTS, transport out) and as
-    both totals, because the honest number includes the endpointing wait.
+    both totals, response and voice-to-voice, as ``agent.latency`` defines them.
     """
 
     __tablename__ = "turns"
@@ -255,10 +258,15 @@ class Turn(Base):
     llm_ttft_ms: Mapped[float | None] = mapped_column(Float)
     tts_ttfb_ms: Mapped[float | None] = mapped_column(Float)
     transport_out_ms: Mapped[float | None] = mapped_column(Float)
-    #: Turn committed to first agent audio frame sent.
+    #: VAD stop (end of the caller's speech as detected) to first agent audio frame sent.
     response_ms: Mapped[float | None] = mapped_column(Float)
     #: Last voiced caller frame received to first agent audio frame sent.
     voice_to_voice_ms: Mapped[float | None] = mapped_column(Float)
+    #: ``agent.latency.DEFINITION`` for turns written now; rows stored before it are
+    #: ``LEGACY_DEFINITION`` (response from the commit), the server default.
+    latency_definition: Mapped[int] = mapped_column(
+        SmallInteger, default=DEFINITION, server_default="1"
+    )
 
     stt_audio_s: Mapped[float | None] = mapped_column(Float)
     llm_prompt_tokens: Mapped[int | None] = mapped_column(Integer)

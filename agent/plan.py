@@ -33,12 +33,13 @@ character TTS API). ``source`` is ``measured`` or ``declared`` (a figure taken
 from a talk, a design aim or the price book's placeholders, never measured
 here); the planner marks every configuration that rests on a declared figure.
 
-**The prediction.** A turn's response latency (turn committed to first audio
-frame sent: DESIGN.md's budget, and what the talk's 290 ms counts) is taken as
-the serial sum of STT final, LLM first token, TTS first byte and the agent's
-own overhead (frame hops, policy, guard, transport out). Endpointing is not in
-the target (the talk leaves it out too) and is shown beside it as
-voice-to-voice. The percentile ``q`` of the sum is predicted as
+**The prediction.** A turn's response latency (``agent.latency``: the VAD's stop
+to the first audio frame sent, what the talk's 290 ms counts) is taken as the
+serial sum of STT final, LLM first token, TTS first byte and the agent's own
+overhead (end-of-turn decision, frame hops, policy, guard, transport out).
+Endpointing (the VAD's silence before its stop) is not in the response target
+(the talk leaves it out too) and is shown beside it as voice-to-voice. The
+percentile ``q`` of the sum is predicted as
 
     sum of the stage medians + sqrt(sum over stages of (p_q - p50)^2)
 
@@ -54,9 +55,7 @@ distributed stages, and is applied to every configuration the same way. Its
 weak spot is dependence: stages that share a loaded CPU are slow together, and
 then the truth moves toward the pessimistic bound, so a configuration that
 passes only under the root-sum-square is worth measuring end to end. STT is
-counted in full, as if its final were requested when the turn is committed
-(the talk's accounting); where the pipeline finishes STT inside the
-endpointing wait, the measured response is lower than predicted.
+counted in full from the VAD's stop, as the response is measured.
 
 **The cost** of a configuration is priced by :func:`agent.pricebook.price_call`
 on a copy of the book whose one profile places each model stage as the options
@@ -87,6 +86,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from agent.latency import MEANINGS, RESPONSE, VOICE_TO_VOICE_TARGET_MS
 from agent.pricebook import (
     DEFAULT_PATH as DEFAULT_PRICE_BOOK,
 )
@@ -109,7 +109,7 @@ STAGES = ("endpointing", "stt", "llm", "tts", "overhead")
 MODEL_STAGES = SELF_HOSTED_STAGES
 #: The agent worker's own stages: measured by ``bench turn``, not priced.
 AGENT_STAGES = ("endpointing", "overhead")
-#: The serial chain the target applies to: turn committed to first audio frame sent.
+#: The serial chain the target applies to: the VAD's stop to first audio frame sent.
 RESPONSE_STAGES = ("stt", "llm", "tts", "overhead")
 SOURCES = ("measured", "declared")
 #: The only per-character API the price book prices.
@@ -815,11 +815,12 @@ def render(result: PlanResult, *, command: str = "", now: datetime | None = None
         f"transport {result.transport} (line {_usd(line_rate)}/min), "
         f"cost target {_usd(book.target_usd_per_minute)}/min.",
         "",
-        f"*{key} ms*: predicted response latency (turn committed to first audio frame sent) "
+        f"*{key} ms*: predicted response latency ({MEANINGS[RESPONSE]}) "
         f"= sum of the stage p50s (stt, llm, tts, our overhead) + root-sum-square of their "
         f"{key} - p50 excesses; *if tails coincide*: the sum of the stage {key}s, the "
-        "pessimistic bound; *v2v*: the same prediction with endpointing added (not part of "
-        "the target). STT is counted in full after the turn is committed. *$/min*: one "
+        "pessimistic bound; *v2v*: the same prediction with endpointing added, voice-to-voice "
+        f"(target {VOICE_TO_VOICE_TARGET_MS:.0f} ms). STT is counted in full from the VAD's "
+        "stop. *$/min*: one "
         "connected minute, all in (line + each model stage's compute share or API "
         "characters); the agent worker's own CPU is not in the price book. Method: "
         "agent/plan.py.",

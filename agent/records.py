@@ -14,6 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from agent.latency import DEFINITION
 from agent.pricebook import CallCost
 
 #: Event kinds that flag a call for compliance review (the console marks and filters them).
@@ -62,7 +63,11 @@ class CallStarted:
 
 @dataclass(frozen=True)
 class TurnRecord:
-    """A finished turn, with its latency parts in milliseconds and its usage."""
+    """A finished turn, with its latency parts in milliseconds and its usage.
+
+    ``response_ms`` and ``voice_to_voice_ms`` are the two figures of ``agent.latency``;
+    ``latency_definition`` says which definition they were measured under.
+    """
 
     call_id: str
     number: int
@@ -82,6 +87,7 @@ class TurnRecord:
     llm_prompt_tokens: int | None = None
     llm_completion_tokens: int | None = None
     tts_characters: int | None = None
+    latency_definition: int = DEFINITION
 
     def __post_init__(self) -> None:
         _check_call_id(self.call_id)

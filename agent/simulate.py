@@ -30,10 +30,12 @@ from sqlalchemy.orm import Session
 
 from agent.call import Call, CallContext, CallSummary
 from agent.config import Settings, hide_password
+from agent.latency import MEANINGS, RESPONSE, TARGETS_MS, VOICE_TO_VOICE
 from agent.models import Debt, Phone
 from agent.policy import Account, ConversationPolicy, Templates
 from agent.portfolio import account_for
 from agent.predial import Decision, DialRequest, Ledger, check, contact_ledger, masked
+from agent.quantiles import percentile
 from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
 from agent.scenarios import Scenario, outcome_of
@@ -292,6 +294,24 @@ def turn_table(turns: list[TurnRecord]) -> str:
     return "\n".join(rows)
 
 
+def latency_lines(turns: list[TurnRecord]) -> list[str]:
+    """The call's two latency figures (agent.latency), p50 and worst, against their targets."""
+    lines = []
+    for name, field_name in ((RESPONSE, "response_ms"), (VOICE_TO_VOICE, "voice_to_voice_ms")):
+        values = [v for t in turns if (v := getattr(t, field_name)) is not None]
+        target = TARGETS_MS[name]
+        if not values:
+            lines.append(f"  {name}: not measured ({MEANINGS[name]})")
+            continue
+        p50 = percentile(values, 0.5)
+        verdict = "within" if p50 <= target else "over"
+        lines.append(
+            f"  {name}: p50 {p50:.0f} ms, worst {max(values):.0f} ms over {len(values)} "
+            f"turns ({verdict} the {target:.0f} ms target; {MEANINGS[name]})"
+        )
+    return lines
+
+
 def print_call(sim: SimulatedCall) -> None:
     summary = sim.summary
     print(
@@ -319,6 +339,10 @@ def print_call(sim: SimulatedCall) -> None:
             f"  turn {turn.number}: the caller heard the agent {heard.heard_after_ms:.0f} ms "
             "after they stopped speaking"
         )
+    print()
+    print("latency:")
+    for figure in latency_lines(summary.turns):
+        print(figure)
     cost = summary.cost
     if cost is not None:
         print()

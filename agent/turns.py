@@ -6,9 +6,10 @@ opens when the caller's turn starts and is written when the agent has finished
 answering it (or the caller cut in, or the call ended), so a crash loses at
 most the turn in progress.
 
-The parts, all measured server-side on one clock:
+The parts, all measured server-side on one clock (the two totals as
+``agent.latency`` defines them):
 
-    last voiced frame --endpointing--> turn committed --response--> first audio sent
+    last voiced frame --endpointing--> VAD stop --response--> first audio sent
     VAD stop --stt--> final transcript
     reply requested --llm_ttft--> first token (of the LLM, or of the policy's template)
     TTS request --tts_ttfb--> first audio byte --transport_out--> first audio sent
@@ -16,7 +17,9 @@ The parts, all measured server-side on one clock:
 
 The last voiced frame is placed ``stop_secs`` before the VAD's stop: the VAD
 calls the utterance over after exactly that much unvoiced audio, which arrives
-in real time.
+in real time. A turn committed without a VAD stop (keypad digits, a transcript
+with no speech detected) has its response from the commit, when the pipeline
+knew the caller was done, and no endpointing or voice-to-voice.
 
 With a ``playout`` (``agent.playout``) a turn's agent text is what the caller
 heard of the reply, cut where the caller cut in, not what the TTS was given.
@@ -97,6 +100,11 @@ class _Turn:
     llm_prompt_tokens: int | None = None
     llm_completion_tokens: int | None = None
     tts_characters: int | None = None
+
+    @property
+    def speech_ended(self) -> int | None:
+        """When the pipeline knew the caller had finished: the VAD's stop, else the commit."""
+        return self.vad_stopped if self.vad_stopped is not None else self.committed
 
     @property
     def last_voiced(self) -> int | None:
@@ -290,12 +298,12 @@ class TurnLedger(BaseObserver):
             user_text=" ".join(turn.user_text).strip(),
             agent_text=agent_text,
             interrupted=turn.interrupted,
-            endpointing_ms=_ms(turn.last_voiced, turn.committed),
+            endpointing_ms=_ms(turn.last_voiced, turn.vad_stopped),
             stt_ms=_ms(turn.vad_stopped, turn.transcript),
             llm_ttft_ms=_ms(turn.llm_request, turn.llm_first_token),
             tts_ttfb_ms=_ms(turn.tts_request, turn.tts_first_audio),
             transport_out_ms=_ms(turn.tts_first_audio, turn.first_audio_out),
-            response_ms=_ms(turn.committed, turn.first_audio_out),
+            response_ms=_ms(turn.speech_ended, turn.first_audio_out),
             voice_to_voice_ms=_ms(turn.last_voiced, turn.first_audio_out),
             stt_audio_s=turn.stt_audio_s or None,
             llm_prompt_tokens=turn.llm_prompt_tokens,

@@ -429,7 +429,7 @@ async def test_a_call_shows_transcript_timeline_waterfall_and_is_audited(console
     last = [bar for bar in bars][-5:]
     for (_, left_a, width_a), (_, left_b, _) in zip(last, last[1:], strict=False):
         assert abs(float(left_a) + float(width_a) - float(left_b)) < 0.02
-    assert "voice to voice 940 ms" in page
+    assert "voice-to-voice 940 ms" in page
     # The debt's pre-dial ledger: counted attempts against its 7-day cap.
     ledger = page.split('id="ledger"')[1].split("</section>")[0]
     used, cap = map(int, re.search(r"(\d+) of (\d+)", ledger).groups())

@@ -21,6 +21,7 @@ from agent.console import kpis
 from agent.console.auth import setup_auth
 from agent.console.dashboard import add_dashboard, parse_range
 from agent.console.users import Users
+from agent.latency import LEGACY_DEFINITION
 from agent.models import Call, Consumer, CostLine, Debt, Promise, Turn
 
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
@@ -96,6 +97,15 @@ def seed(engine: Engine) -> None:
         cost(d, "telephony", 0.01)
         cost(d, "tts", 0.01)
         d.turns.append(Turn(number=0, response_ms=500, voice_to_voice_ms=None))
+        # stored before agent.latency's definitions: its response ran from the commit
+        d.turns.append(
+            Turn(
+                number=1,
+                response_ms=10,
+                voice_to_voice_ms=700,
+                latency_definition=LEGACY_DEFINITION,
+            )
+        )
         call("e", DAY2, 9, None, None)
         f = call("f", dt.date(2026, 11, 30), 12, 600.0, "right_party")
         cost(f, "telephony", 1.0)
@@ -144,8 +154,10 @@ def test_latency_percentiles_by_day(seeded: Engine) -> None:
     assert (day1.day, day1.turns) == (DAY1, 4)
     assert (day1.response_p50_ms, day1.response_p95_ms) == (200, 400)
     assert (day1.voice_to_voice_p50_ms, day1.voice_to_voice_p95_ms) == (250, 350)
-    assert (day2.turns, day2.response_p50_ms, day2.response_p95_ms) == (1, 500, 500)
-    assert day2.voice_to_voice_p50_ms is None
+    # the legacy turn counts in voice-to-voice only (same meaning), not in the response
+    assert (day2.turns, day2.response_p50_ms, day2.response_p95_ms) == (2, 500, 500)
+    assert day2.voice_to_voice_p50_ms == 700
+    assert kpis.response_percentile(seeded, DAY2, DAY2, 0.05) == 500
 
 
 def test_fallback_share_of_tts_cost(seeded: Engine) -> None:
@@ -235,9 +247,14 @@ async def test_the_owner_sees_the_charts_the_target_lines_and_the_tiles(client: 
     assert nonce and f"'nonce-{nonce.group(1)}'" in response.headers["Content-Security-Policy"]
     data = page_figures(page)
     assert data["target_usd_per_minute"] == 0.04  # infra/pricebook.toml
-    assert data["latency_target_ms"] == 300.0
-    assert 'target("target $"' in page and 'target("target "' in page
-    assert "target $0.0400/min" in page and "target 300 ms" in page
+    assert (data["latency_target_ms"], data["voice_to_voice_target_ms"]) == (300.0, 600.0)
+    assert 'target("target $"' in page and 'target("response target "' in page
+    assert 'target("voice-to-voice target "' in page
+    assert "target $0.0400/min" in page and "response target 300 ms" in page
+    assert "voice-to-voice target 600 ms" in page
+    # each figure's definition, from agent.latency, beside the chart
+    definitions = re.search(r'<p class="note" id="latency-definitions">(.*?)</p>', page, re.S)
+    assert definitions and "(VAD stop)" in definitions.group(1)
     # The tables stand without the chart: the figures are in the HTML itself.
     assert "<td>2026-12-01</td><td>3</td><td>4.0</td><td>$0.0800</td><td>$0.0200</td>" in page
     assert 'data-kpi="right_party_contact_rate"' in page and "66.7%" in page

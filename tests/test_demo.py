@@ -7,6 +7,7 @@ one real-audio call on the CPU models and resamples it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 import subprocess
@@ -26,6 +27,7 @@ from agent.demo import (
     DemoError,
     DemoOptions,
     MeasuredCall,
+    MeasuredTurn,
     Measurements,
     _verification_line,
     caller_lines,
@@ -35,6 +37,7 @@ from agent.demo import (
     portfolio_rows,
     run_demo,
 )
+from agent.latency import LEGACY_DEFINITION
 from agent.models import Call, Consumer, ContactAttempt, Promise
 from agent.policy import Account
 from agent.pricebook import CallUsage, PriceBook, price_call
@@ -307,6 +310,13 @@ async def test_a_second_run_is_refused_unless_appended(db_url):
         assert [c.call_id for c in load_measurements(engine).calls] == [measured_id]
     finally:
         engine.dispose()
+
+
+def test_turns_measured_under_the_old_latency_definition_are_not_resampled():
+    _, turns, _ = fake_call(NOW - dt.timedelta(days=40))
+    assert all(MeasuredTurn.of(t) is not None for t in turns)
+    legacy = [dataclasses.replace(t, latency_definition=LEGACY_DEFINITION) for t in turns]
+    assert [MeasuredTurn.of(t) for t in legacy] == [None] * len(legacy)
 
 
 async def test_nothing_measured_is_a_clear_error(db_url):

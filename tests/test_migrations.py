@@ -9,9 +9,11 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, inspect, text
+from sqlalchemy import Engine, inspect, select, text
+from sqlalchemy.orm import Session
 
-from agent.models import Base
+from agent.latency import DEFINITION, LEGACY_DEFINITION
+from agent.models import Base, Turn
 from agent.store import alembic_config, create_engine_for
 
 TABLES = {
@@ -67,7 +69,7 @@ def test_migrated_schema_matches_the_models(db_url: str) -> None:
         with engine.connect() as connection:
             head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
             current = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert current == head == "0008"
+            assert current == head == "0009"
     finally:
         engine.dispose()
 
@@ -128,5 +130,41 @@ def test_upgrade_to_0002_keeps_the_calls_already_recorded(empty_db_url: str) -> 
             connection.execute(text("DELETE FROM calls"))
             assert connection.execute(text("SELECT count(*) FROM turns")).scalar() == 0
         assert schema_differences(engine) == []
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_to_0009_marks_the_turns_already_recorded_legacy(empty_db_url: str) -> None:
+    """Their response ran from the commit: kept as it was and marked, never reread as new."""
+    config = alembic_config(empty_db_url)
+    command.upgrade(config, "0008")
+    engine = create_engine_for(empty_db_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO calls (id, transport, direction, status, started_at)"
+                    " VALUES ('c1', 'sip', 'inbound', 'ended', '2026-12-01 15:00:00')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO turns (call_id, number, interrupted, response_ms)"
+                    " VALUES ('c1', 1, false, 120.0)"
+                )
+            )
+        command.upgrade(config, "head")
+        with Session(engine) as session:
+            session.add(Turn(call_id="c1", number=2, response_ms=300.0))
+            session.commit()
+            rows = session.execute(
+                select(Turn.number, Turn.response_ms, Turn.latency_definition).order_by(
+                    Turn.number
+                )
+            ).all()
+        assert [tuple(r) for r in rows] == [
+            (1, 120.0, LEGACY_DEFINITION),
+            (2, 300.0, DEFINITION),
+        ]
     finally:
         engine.dispose()

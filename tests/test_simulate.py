@@ -10,9 +10,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from agent.models import Call
+from agent.records import TurnRecord
 from agent.runtime import AgentRuntime
 from agent.scenarios import builtin_scenarios
-from agent.simulate import simulate_call, turn_table
+from agent.simulate import latency_lines, simulate_call, turn_table
 from tests.audio import words
 from tests.conftest import settings_for
 
@@ -54,7 +55,10 @@ async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db
     for turn in completed:
         missing = [part for part in LATENCY_PARTS if getattr(turn, part) is None]
         assert not missing, f"turn {turn.number} lacks {missing}"
-        assert turn.response_ms <= turn.voice_to_voice_ms
+        # agent.latency: voice-to-voice is the response plus the endpointing wait
+        assert turn.endpointing_ms + turn.response_ms == pytest.approx(
+            turn.voice_to_voice_ms, abs=0.01
+        )
         assert turn.stt_audio_s and turn.tts_characters
 
     heard = words(" ".join(t.user_text or "" for t in call.turns))
@@ -88,8 +92,25 @@ def test_simulate_command_prints_the_turn_table(cpu_models, tmp_path):
     assert "endpoint" in done.stdout and "v2v" in done.stdout
     assert "disposition: promise_to_pay" in done.stdout and "mini_miranda" in done.stdout
     assert "/min (within the $0.04/min target)" in done.stdout
+    # both latency figures against their own targets, named as agent.latency names them
+    assert re.search(r"response: p50 \d+ ms, .* the 300 ms target", done.stdout)
+    assert re.search(r"voice-to-voice: p50 \d+ ms, .* the 600 ms target", done.stdout)
     table_rows = [line for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
     assert len(table_rows) >= 3
+
+
+def test_the_latency_lines_judge_each_figure_against_its_own_target():
+    turns = [
+        TurnRecord(call_id="c" * 32, number=1, response_ms=250.0, voice_to_voice_ms=450.0),
+        TurnRecord(call_id="c" * 32, number=2, response_ms=700.0, voice_to_voice_ms=900.0),
+        TurnRecord(call_id="c" * 32, number=3, response_ms=280.0),
+    ]
+    response, v2v = latency_lines(turns)
+    assert "response: p50 280 ms, worst 700 ms over 3 turns (within the 300 ms target" in response
+    assert "voice-to-voice: p50 450 ms, worst 900 ms over 2 turns (within the 600 ms" in v2v
+    slow = [TurnRecord(call_id="c" * 32, number=1, response_ms=301.0)]
+    assert "(over the 300 ms target" in latency_lines(slow)[0]
+    assert "voice-to-voice: not measured" in latency_lines(slow)[1]
 
 
 def test_simulate_rejects_an_unknown_scenario():

@@ -28,6 +28,7 @@ from pipecat.observers.base_observer import FramePushed
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
+from agent.latency import DEFINITION
 from agent.turns import CallProcessors, TurnLedger
 
 CALL = "c" * 32
@@ -94,13 +95,17 @@ async def test_a_turn_is_broken_into_its_parts():
     assert record.number == 1
     assert record.user_text == "yes that is me"
     assert record.agent_text == "Thank you."
-    assert record.endpointing_ms == 300  # last voiced at 800 (VAD stop 1000 - 200)
+    assert record.endpointing_ms == 200  # last voiced at 800 (VAD stop 1000 - 200)
     assert record.stt_ms == 40
     assert record.llm_ttft_ms == 78
     assert record.tts_ttfb_ms == 60
     assert record.transport_out_ms == 12
-    assert record.response_ms == 162
+    # agent.latency: from the VAD's stop, so the STT final and the end-of-turn decision
+    # (committed at 1100) are inside it; voice-to-voice adds the endpointing wait.
+    assert record.response_ms == 262
     assert record.voice_to_voice_ms == 462
+    assert record.endpointing_ms + record.response_ms == record.voice_to_voice_ms
+    assert record.latency_definition == DEFINITION
     assert record.stt_audio_s == 1.3
     assert (record.llm_prompt_tokens, record.llm_completion_tokens) == (30, 4)
     assert record.tts_characters == 10
@@ -116,7 +121,7 @@ async def test_frames_pushed_on_are_counted_once():
     await line.push(1500, UserStoppedSpeakingFrame(), line.llm, first=False)
     await line.push(1600, BotStartedSpeakingFrame(), line.tts, first=False)
     await line.push(2500, BotStoppedSpeakingFrame(), line.out)
-    assert line.records[0].response_ms == 162
+    assert line.records[0].response_ms == 262
 
 
 async def test_turns_follow_each_other_and_barge_in_is_marked():
@@ -145,7 +150,7 @@ async def test_a_turn_without_vad_is_still_recorded():
     await line.push(900, BotStoppedSpeakingFrame(), line.out)
     [record] = line.records
     assert record.user_text == "hello"
-    assert record.response_ms == 160
+    assert record.response_ms == 160  # from the commit: the only sign the caller was done
     assert record.endpointing_ms is None and record.voice_to_voice_ms is None
 
 
@@ -181,6 +186,6 @@ async def test_context_reaching_the_llm_commits_the_turn():
     await line.push(1300, LLMFullResponseEndFrame(), line.llm)
     await line.push(2000, BotStoppedSpeakingFrame(), line.out)
     [record] = line.records
-    assert record.endpointing_ms == 300
+    assert record.endpointing_ms == 200
     assert record.llm_ttft_ms == 80
-    assert record.response_ms == 160
+    assert record.response_ms == 260

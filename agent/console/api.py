@@ -197,6 +197,7 @@ def turn_json(t: Turn) -> dict[str, Any]:
         "transport_out_ms": t.transport_out_ms,
         "response_ms": t.response_ms,
         "voice_to_voice_ms": t.voice_to_voice_ms,
+        "latency_definition": t.latency_definition,
         "stt_audio_s": t.stt_audio_s,
         "llm_prompt_tokens": t.llm_prompt_tokens,
         "llm_completion_tokens": t.llm_completion_tokens,

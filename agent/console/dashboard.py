@@ -24,9 +24,10 @@ from aiohttp import web
 from agent.console import query as q
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, now
-from agent.console.kpis import LATENCY_TARGET_MS, Figures, Kpi, components, figures
+from agent.console.kpis import Figures, Kpi, components, figures
 from agent.console.pages import page
 from agent.console.query import QueryError
+from agent.latency import MEANINGS, RESPONSE, RESPONSE_TARGET_MS, VOICE_TO_VOICE
 from agent.models import Role
 from agent.plan import Prediction, ProfileError, chosen_configuration
 from agent.pricebook import PriceBook
@@ -64,7 +65,7 @@ def _planned_configuration() -> Prediction | None:
     from the measured profiles in docs/benchmarks/profiles/; None when none does or the
     profiles cannot be read (the page says so)."""
     try:
-        return chosen_configuration(LATENCY_TARGET_MS)
+        return chosen_configuration(RESPONSE_TARGET_MS)
     except (ProfileError, ValueError, OSError) as exc:
         logger.warning("the dashboard shows no planned configuration: %s", exc)
         return None
@@ -251,7 +252,11 @@ def render(result: Figures, nonce: str, planned: object = None) -> str:
 <h2>Fallback TTS share by day</h2>
 <div class="chart"><canvas id="fallback-chart" aria-label="fallback TTS share by day"></canvas>
 </div>
-<h2>Latency (target {result.latency_target_ms:.0f} ms)</h2>
+<h2>Latency (response target {result.latency_target_ms:.0f} ms, voice-to-voice target \
+{result.voice_to_voice_target_ms:.0f} ms)</h2>
+<p class="note" id="latency-definitions"><b>Response</b>: {html.escape(MEANINGS[RESPONSE])}.
+<b>Voice-to-voice</b>: {html.escape(MEANINGS[VOICE_TO_VOICE])}. Turns stored before these
+definitions count in voice-to-voice only.</p>
 <div class="chart"><canvas id="latency-chart" aria-label="latency by day"></canvas></div>
 {_planned(planned, result)}
 {_latency_table(result)}
@@ -303,8 +308,10 @@ _CHARTS_JS = """
     data: {labels: ldays, datasets: series.map(([key, label], i) => ({
       label: label + " (ms)", data: f.latency.map(d => d[key]),
       borderColor: colours[i % colours.length]
-    })).concat([target("target " + f.latency_target_ms + " ms", f.latency_target_ms,
-                       ldays.length)])},
+    })).concat([target("response target " + f.latency_target_ms + " ms",
+                       f.latency_target_ms, ldays.length),
+                target("voice-to-voice target " + f.voice_to_voice_target_ms + " ms",
+                       f.voice_to_voice_target_ms, ldays.length)])},
     options: {maintainAspectRatio: false, scales: {y: {min: 0, title: {display: true,
               text: "ms"}}}}
   });

@@ -33,6 +33,7 @@ from agent.console.context import ENGINE, current_user, now
 from agent.console.csrf import FIELD, csrf_token
 from agent.console.nav import NAV
 from agent.console.query import QueryError
+from agent.latency import DEFINITION
 from agent.models import (
     Call,
     CallEvent,
@@ -637,6 +638,10 @@ def _timeline(call: Call) -> str:
     return f'<ol class="timeline">{"".join(lines)}</ol>'
 
 
+#: How a turn stored before agent.latency's definitions names its response figure.
+_LEGACY_RESPONSE = "response (legacy: from the turn's commit)"
+
+
 def _waterfall(call: Call) -> str:
     turns = [t for t in call.turns if any(getattr(t, key) is not None for key, _, _ in WATERFALL)]
     if not turns:
@@ -665,11 +670,12 @@ def _waterfall(call: Call) -> str:
                 f'style="left:{left:.2f}%;width:{width:.2f}%;background:{colour}"></div>'
             )
             start += value
+        response = "response" if turn.latency_definition == DEFINITION else _LEGACY_RESPONSE
         rows.append(
             f'<div class="wf-row" data-turn="{turn.number}"><div class="wf-label">turn '
             f"{turn.number}</div>"
             f'<div class="wf-track">{"".join(bars)}</div>'
-            f'<div class="wf-totals">response {e(_ms(turn.response_ms))} · voice to voice '
+            f'<div class="wf-totals">{response} {e(_ms(turn.response_ms))} · voice-to-voice '
             f"{e(_ms(turn.voice_to_voice_ms))}</div></div>"
         )
     return (
