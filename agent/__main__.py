@@ -467,26 +467,15 @@ async def _run_campaign(
 
     from agent.dialer import Dialer
     from agent.runtime import AgentRuntime
-    from agent.server import converse, make_app
-    from telephony.rtp import RtpSession
-    from telephony.sip.ua import SipCall, SipEndpoint
+    from agent.server import converse, make_app, sip_endpoint
+    from telephony.sip.ua import SipCall
 
     async def decline(line: SipCall) -> None:
         await line.hang_up()  # this process only dials out
 
     async with AgentRuntime(settings) as ctx:
         app = make_app(ctx)  # not served: it holds the calls as the server would
-        endpoint = SipEndpoint(
-            settings.sip_host,
-            settings.sip_port or 0,
-            on_call=decline,
-            trunk_auth=settings.sip_trunk_auth,
-            media=partial(
-                RtpSession.open,
-                symmetric_rtp=settings.sip_symmetric_rtp,
-                timeout_s=settings.rtp_timeout_s,
-            ),
-        )
+        endpoint = sip_endpoint(settings, decline, settings.sip_port or 0)
         await endpoint.start()
         try:
             dialer = Dialer(

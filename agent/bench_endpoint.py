@@ -2,12 +2,12 @@
 
 Why: on the CPU default the wait from the last voiced frame to the turn's commit (the
 endpointing wait, then the end-of-turn decision) is the largest part of voice-to-voice,
-and the obvious lever is the VAD's stop time. Speed alone is the wrong score, though: a shorter stop makes the VAD report a stop at
-every thinking pause ("I could do, um, ... two hundred a month"), and then only the
-end-of-turn decision stands between the caller and an agent that answers in the middle
-of their sentence. So this bench speaks the built-in scenarios' caller lines with real
-mid-turn pauses and counts the *false cuts* next to the delay, for each VAD stop time
-and each end-of-turn decision:
+and the obvious lever is the VAD's stop time. Speed alone is the wrong score, though: a
+shorter stop makes the VAD report a stop at every thinking pause ("I could do, um, ...
+two hundred a month"), and then only the end-of-turn decision stands between the caller
+and an agent that answers in the middle of their sentence. So this bench speaks the
+built-in scenarios' caller lines with real mid-turn pauses and counts the *false cuts*
+next to the delay, for each VAD stop time and each end-of-turn decision:
 
 - ``smart-turn``: what the pipeline does (agent/call.py): pipecat's
   ``TurnAnalyzerUserTurnStopStrategy`` over ``LocalSmartTurnAnalyzerV3``, driven here as

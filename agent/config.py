@@ -162,6 +162,15 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
     symmetric = (env.get("SIP_SYMMETRIC_RTP") or "auto").strip().lower()
     if symmetric not in ("auto", "on", "off"):
         raise ConfigError(f"SIP_SYMMETRIC_RTP must be auto, on or off, got {symmetric!r}")
+    # RFC 4028: a Min-SE under 90 s is not to be asked for; the interval is at least it.
+    min_se = _int(env, "SIP_MIN_SE_S", 90)
+    if min_se < 90:
+        raise ConfigError(f"SIP_MIN_SE_S must be at least 90 (RFC 4028), got {min_se}")
+    session_expires = _int(env, "SIP_SESSION_EXPIRES_S", max(1800, min_se))
+    if session_expires < min_se:
+        raise ConfigError(
+            f"SIP_SESSION_EXPIRES_S must be at least SIP_MIN_SE_S ({min_se}), got {session_expires}"
+        )
     return {
         "sip_host": env.get("SIP_HOST") or env.get("HOST") or "127.0.0.1",
         "sip_port": None if port == -1 else port,
@@ -171,6 +180,8 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
         "sip_trunk_auth": (trunk_user, trunk_password) if trunk_user else None,
         "sip_symmetric_rtp": symmetric,
         "rtp_timeout_s": _seconds(env, "RTP_TIMEOUT_S", 30.0),
+        "sip_session_expires_s": session_expires,
+        "sip_min_se_s": min_se,
         "transfer_target": transfer,
     }
 
@@ -304,6 +315,11 @@ class Settings:
     sip_symmetric_rtp: str = "auto"
     #: A SIP call whose caller's RTP stops this long (not while on hold) ends (media_timeout).
     rtp_timeout_s: float = 30.0
+    #: RFC 4028 session timers: the interval a SIP call asks for (or is given) and the least
+    #: it accepts (a shorter one asked for is answered 422). An unrefreshed call is hung up
+    #: (``session_expired``).
+    sip_session_expires_s: int = 1800
+    sip_min_se_s: int = 90
     #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
     transfer_target: str | None = None
     #: Where call recordings go (agent/recording.py): a directory or s3://bucket/prefix;

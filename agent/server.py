@@ -31,7 +31,7 @@ import json
 import logging
 import secrets
 import signal
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -79,6 +79,7 @@ from telephony.livekit import add_routes as add_livekit_routes
 from telephony.media_stream import StartedCall, carrier_config
 from telephony.media_stream import add_routes as add_carrier_routes
 from telephony.rtp import RtpSession
+from telephony.sip.session_timer import SESSION_EXPIRED, SessionTimers
 from telephony.sip.ua import SipCall, SipEndpoint
 from telephony.webrtc import Offer, OfferError, accept, transport_for
 
@@ -353,7 +354,8 @@ async def converse(
     """Hold the conversation on an answered SIP call (about ``account``'s debt when it is an
     outbound one, ``agent.dialer``); hand the caller to a person when the conversation asked
     for one (REFER to ``TRANSFER_TARGET``), else hang up when it is over, or when the
-    caller's RTP stopped (``RTP_TIMEOUT_S``: its network is gone). An inbound call brings
+    caller's RTP stopped (``RTP_TIMEOUT_S``: its network is gone) or its SIP session was not
+    refreshed in time (RFC 4028, ``session_expired``). An inbound call brings
     the place reserved for it before it rang; an outbound one takes a place now."""
     transport = line.transport()
     started = start_call(app, transport, line.info, account, reservation)
@@ -364,6 +366,8 @@ async def converse(
     @transport.event_handler("on_media_timeout")
     async def _media_timeout(_transport: Any, _session: Any) -> None:
         await call.cancel("media_timeout")
+
+    line.on_session_expired = partial(call.cancel, SESSION_EXPIRED)  # RFC 4028: peer gone
 
     policy = call.policy
     try:
@@ -493,14 +497,15 @@ async def _stop_campaigns(app: web.Application) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def _start_sip(app: web.Application) -> None:
-    settings = app[CTX].settings
-    if settings.sip_port is None:
-        return
-    endpoint = SipEndpoint(
+def sip_endpoint(
+    settings: Settings, on_call: Callable[[SipCall], Awaitable[None]], port: int
+) -> SipEndpoint:
+    """Our SIP user agent as the settings describe it: who may call, the trunk's
+    credentials, RTP (symmetric, its inactivity timeout), the session timers."""
+    return SipEndpoint(
         settings.sip_host,
-        settings.sip_port,
-        on_call=partial(_take_sip, app),
+        port,
+        on_call=on_call,
         credentials=settings.sip_credentials or None,
         allow=settings.sip_allow,
         trunk_auth=settings.sip_trunk_auth,
@@ -509,7 +514,15 @@ async def _start_sip(app: web.Application) -> None:
             symmetric_rtp=settings.sip_symmetric_rtp,
             timeout_s=settings.rtp_timeout_s,
         ),
+        session_timers=SessionTimers(settings.sip_session_expires_s, settings.sip_min_se_s),
     )
+
+
+async def _start_sip(app: web.Application) -> None:
+    settings = app[CTX].settings
+    if settings.sip_port is None:
+        return
+    endpoint = sip_endpoint(settings, partial(_take_sip, app), settings.sip_port)
     await endpoint.start()
     if not (settings.sip_allow or settings.sip_credentials) and not is_loopback(settings.sip_host):
         logger.warning("SIP on %s answers anyone: set SIP_ALLOW or SIP_CREDENTIALS", endpoint.via)

@@ -158,9 +158,7 @@ def test_upgrade_to_0009_marks_the_turns_already_recorded_legacy(empty_db_url: s
             session.add(Turn(call_id="c1", number=2, response_ms=300.0))
             session.commit()
             rows = session.execute(
-                select(Turn.number, Turn.response_ms, Turn.latency_definition).order_by(
-                    Turn.number
-                )
+                select(Turn.number, Turn.response_ms, Turn.latency_definition).order_by(Turn.number)
             ).all()
         assert [tuple(r) for r in rows] == [
             (1, 120.0, LEGACY_DEFINITION),

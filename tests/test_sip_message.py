@@ -107,3 +107,66 @@ def test_uri_host_port() -> None:
     assert uri_host_port("sip:[::1]:5070") == ("::1", 5070)
     with pytest.raises(ValueError):
         uri_host_port("tel:+1555")
+
+
+@pytest.mark.parametrize(
+    ("value", "display", "uri"),
+    [
+        (
+            '"J Rosenberg \\\\\\""  <sip:j@example.com> ; tag = 9',
+            'J Rosenberg \\\\\\"',
+            "sip:j@example.com",
+        ),
+        ('"a<b, c" <sip:x@y>', "a<b, c", "sip:x@y"),
+        ("caller<sip:caller@example.com>;tag=323", "caller", "sip:caller@example.com"),
+        ("sip:user@example.com ;   tag    = 1918", "", "sip:user@example.com"),
+    ],
+)
+def test_name_addr_reads_quoted_and_token_display_names(value: str, display: str, uri: str) -> None:
+    address = NameAddr.parse(value)
+    assert (address.display, address.uri) == (display, uri)
+    again = NameAddr.parse(str(address))  # escapes kept: it writes back what it read
+    assert (again.display, again.uri, again.params) == (display, uri, address.params)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"Mr. J. User <sip:j.user@example.com>',  # RFC 4475 quotbal
+        "Bell, Alexander <sip:a.g.bell@example.com>;tag=43",  # baddn
+        '"Watson, Thomas" < sip:t.watson@example.org >',  # badaspec
+        "sip:user@example.com?Route=%3Csip:sip.example.com%3E",  # regbadct
+        "<sip:x@y> junk",
+    ],
+)
+def test_name_addr_refuses_what_rfc_4475_calls_invalid(value: str) -> None:
+    with pytest.raises(SipParseError):
+        NameAddr.parse(value)
+
+
+def test_an_escaped_quote_does_not_end_a_quoted_string_in_a_list() -> None:
+    contact = b'Contact: "a \\" b, c" <sip:x@y>, <sip:z@y>\r\nCSeq: 1 INVITE'
+    message = parse(INVITE.replace(b"CSeq: 1 INVITE", contact))
+    assert message.headers.get_all("Contact") == ['"a \\" b, c" <sip:x@y>', "<sip:z@y>"]
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        b"INVITE sip:agent@127.0.0.1:5060 SIP/3.0",
+        b"INVITE  sip:agent@127.0.0.1:5060 SIP/2.0",
+        b"INVITE sip:agent@127.0.0.1:5060 SIP/2.0 ",
+        b"INVITE sip:agent@127.0.0.1; lr SIP/2.0",
+        b"INVITE <sip:agent@127.0.0.1> SIP/2.0",
+        b"INVITE sip:agent@127.0.0.1?Route=x SIP/2.0",
+    ],
+)
+def test_a_bad_request_line_is_still_answered_400(start: bytes) -> None:
+    with pytest.raises(SipParseError) as caught:
+        parse(INVITE.replace(b"INVITE sip:agent@127.0.0.1:5060 SIP/2.0", start))
+    assert caught.value.partial is not None and caught.value.status == 400
+
+
+def test_a_single_valued_header_may_not_repeat() -> None:
+    with pytest.raises(SipParseError, match="more than one Call-ID"):
+        parse(INVITE.replace(b"i: call-1\r\n", b"i: call-1\r\nCall-ID: call-2\r\n"))

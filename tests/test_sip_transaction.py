@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 import pytest
 
 from telephony.sip.message import SipRequest, SipResponse, make_response, parse
+from telephony.sip.ratelimit import Quarantine
 from telephony.sip.transaction import (
     ServerTransaction,
     Timers,
@@ -32,14 +35,19 @@ class Peer(asyncio.DatagramProtocol):
 
 
 async def open_pair(
-    on_request: object,
+    on_request: object, quarantine: Quarantine | None = None, peer_host: str = "127.0.0.1"
 ) -> tuple[TransactionLayer, Peer, tuple[str, int], tuple[str, int]]:
     loop = asyncio.get_running_loop()
     _, layer = await loop.create_datagram_endpoint(
-        lambda: TransactionLayer(on_request, lambda m, a: None, FAST),  # type: ignore[arg-type]
+        lambda: TransactionLayer(
+            on_request,  # type: ignore[arg-type]
+            lambda m, a: None,
+            FAST,
+            quarantine=quarantine,
+        ),
         local_addr=("127.0.0.1", 0),
     )
-    _, peer = await loop.create_datagram_endpoint(Peer, local_addr=("127.0.0.1", 0))
+    _, peer = await loop.create_datagram_endpoint(Peer, local_addr=(peer_host, 0))
     assert layer.transport is not None and peer.transport is not None
     return (
         layer,
@@ -156,3 +164,97 @@ async def test_client_request_retransmits_then_times_out() -> None:
     finally:
         layer.close()
         peer.transport.close()
+
+
+async def open_peer(host: str) -> tuple[Peer, tuple[str, int]]:
+    """Another source: Linux routes all of 127/8 to loopback, so each host is its own address."""
+    _, peer = await asyncio.get_running_loop().create_datagram_endpoint(Peer, local_addr=(host, 0))
+    assert peer.transport is not None
+    return peer, peer.transport.get_extra_info("sockname")[:2]
+
+
+async def answered(peer: Peer, within: float) -> SipResponse | None:
+    try:
+        response = await asyncio.wait_for(peer.received.get(), within)
+    except TimeoutError:
+        return None
+    assert isinstance(response, SipResponse)
+    return response
+
+
+async def test_a_flood_of_junk_is_cut_off_unread_and_logged_in_a_few_lines(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """2,000 unreadable datagrams from one source: a few are answered 400 and logged, then the
+    source is ignored for the ban window; another source is served throughout."""
+    caplog.set_level(logging.INFO, logger="telephony")
+    ban_s = 2.0
+    quarantine = Quarantine(burst=5, rate=0.1, ban_s=ban_s, log_interval_s=60)
+    layer, flooder, address, flooder_address = await open_pair(
+        lambda txn: txn.respond(make_response(txn.request, 200)), quarantine, "127.0.0.2"
+    )
+    other, other_address = await open_peer("127.0.0.3")
+    assert flooder.transport is not None and other.transport is not None
+    junk = request("OPTIONS", flooder_address).replace(b"Call-ID", b"Not a header\r\nCall-ID")
+    try:
+        for n in range(2000):
+            flooder.transport.sendto(junk, address)
+            if n % 50 == 49:
+                # Paced, so the socket's receive buffer does not overflow: the kernel would
+                # drop the other source's requests too, which no application can help.
+                await asyncio.sleep(0.002)
+            if n == 1000:
+                other.transport.sendto(request("OPTIONS", other_address, "z9hG4bKmid"), address)
+        flood_over = time.monotonic()
+        await asyncio.sleep(0.05)
+        other.transport.sendto(request("OPTIONS", other_address, "z9hG4bKafter"), address)
+        statuses = []
+        while (response := await answered(other, 5)) is not None:
+            statuses.append(response.status)
+            if len(statuses) == 2:
+                break
+        assert statuses == [200, 200]  # during and after the flood
+        refused = 0
+        while (response := await answered(flooder, 0.2)) is not None:
+            assert response.status == 400
+            refused += 1
+        assert 1 <= refused <= 5  # the budget, then silence
+        # Banned: even a well-formed request goes unread...
+        flooder.transport.sendto(request("OPTIONS", flooder_address, "z9hG4bKbanned"), address)
+        assert await answered(flooder, 0.3) is None
+        # ...for the ban window only.
+        while time.monotonic() - flood_over < ban_s + 3:
+            flooder.transport.sendto(request("OPTIONS", flooder_address, "z9hG4bKlater"), address)
+            if (response := await answered(flooder, 0.2)) is not None:
+                break
+        assert response is not None and response.status == 200
+        assert time.monotonic() - flood_over >= ban_s - 0.5
+    finally:
+        layer.close()
+        flooder.transport.close()
+        other.transport.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert 1 <= len(warnings) <= 4, warnings
+    assert any("ignoring it" in w for w in warnings)
+
+
+def test_the_quarantine_logs_once_per_interval_with_a_count() -> None:
+    quarantine = Quarantine(burst=100, rate=0, log_interval_s=60)
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("telephony.sip.ratelimit")
+    logger.addHandler(handler)
+    try:
+        for _ in range(50):
+            assert quarantine.unreadable("192.0.2.1", "192.0.2.1:5060", "bad start line")
+        assert records == ["unreadable SIP datagram from 192.0.2.1:5060: bad start line"]
+        quarantine._logged["192.0.2.1"] = (time.monotonic() - 61, 49)  # the interval passes
+        quarantine.unreadable("192.0.2.1", "192.0.2.1:5060", "bad start line")
+        assert records[-1].endswith("(49 more from 192.0.2.1 suppressed)")
+        # Spoofed from everywhere: at most max_warnings an interval over all sources.
+        for n in range(100):
+            quarantine.unreadable(f"198.51.100.{n}", "x", "junk")
+        assert len(records) == quarantine.max_warnings
+    finally:
+        logger.removeHandler(handler)

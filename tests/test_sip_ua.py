@@ -8,8 +8,7 @@ from collections.abc import AsyncIterator, Awaitable
 import pytest
 
 from telephony.line import LineBusy, LineError
-from telephony.sip import sdp
-from telephony.sip import ua as ua_module
+from telephony.sip import ratelimit, sdp
 from telephony.sip.message import SipRequest, SipResponse, make_response, parse
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import MediaSession, RateLimiter, SipCall, SipEndpoint
@@ -186,7 +185,7 @@ def test_rate_limiter_refills_and_forgets_only_quiet_sources(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(ua_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(ratelimit.time, "monotonic", lambda: now[0])
     limiter = RateLimiter(rate=1.0, burst=2.0, max_sources=2)
     assert [limiter.allow("10.0.0.1") for _ in range(3)] == [True, True, False]
     assert limiter.allow("10.0.0.2")

@@ -67,9 +67,16 @@ METHODS = frozenset(
     | {"SUBSCRIBE", "MESSAGE", "PRACK", "PUBLISH"}
 )
 _TOKEN = re.compile(r"^[A-Za-z0-9.!%*_+`'~-]+$")
-_REQUEST_LINE = re.compile(r"^([A-Za-z0-9.!%*_+`'~-]+) (\S+) SIP/2\.0$")
+#: A Request-URI (RFC 3261 §25.1): a scheme, a colon, no white space, quotes or brackets.
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[^\s<>\"]+")
 _STATUS_LINE = re.compile(r"^SIP/2\.0 ([1-6]\d\d) (.*)$")
-_VIA = re.compile(r"^SIP/2\.0/([A-Za-z]+)\s+([^;\s]+)\s*(.*)$", re.S)
+#: RFC 3261 SLASH is SWS "/" SWS: "SIP / 2.0 / UDP" is a valid sent-protocol (RFC 4475 wsinv).
+_VIA = re.compile(r"^SIP\s*/\s*2\.0\s*/\s*([A-Za-z0-9.!%*_+`'~-]+)\s+([^;\s]+)\s*(.*)$", re.S)
+#: An unquoted display name: tokens and the white space between them (RFC 3261 §25.1).
+_DISPLAY_TOKENS = re.compile(r"[A-Za-z0-9.!%*_+`'~-]+(?:[ \t]+[A-Za-z0-9.!%*_+`'~-]+)*")
+_WHITE = re.compile(r"\s")
+#: Headers a request has at most one of (RFC 3261 §7.3.1: only list headers may repeat).
+SINGLE_HEADERS = ("From", "To", "Call-ID", "CSeq", "Max-Forwards", "Content-Length")
 #: What RFC 3261's grammar has no room for in a start line or a header: C0 controls but HTAB, DEL.
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _NUMBER = re.compile(r"[0-9]{1,10}")
@@ -257,17 +264,40 @@ class NameAddr:
 
     @classmethod
     def parse(cls, value: str) -> NameAddr:
+        """Read a name-addr or addr-spec as RFC 3261 §20.10 and §25.1 write them; what RFC 4475
+        holds invalid (quotbal, baddn, badaspec, regbadct) is refused, so it is answered 400.
+
+        A quoted display name keeps its backslash escapes, so ``str()`` writes it back as it came.
+        """
         value = value.strip()
-        if "<" in value:
+        display = ""
+        if value.startswith('"'):
+            end = _quoted_end(value)
+            if end < 0:
+                raise SipParseError(f"unterminated quoted string: {value[:80]!r}")
+            display, rest = value[1:end], value[end + 1 :].lstrip()
+            if not rest.startswith("<"):
+                raise SipParseError(f"malformed address: {value[:80]!r}")
+        elif "<" in value:
             display, _, rest = value.partition("<")
-            uri, sep, params = rest.partition(">")
-            if not sep or not uri:
-                raise SipParseError(f"malformed address: {value!r}")
-            return cls(uri.strip(), display.strip().strip('"'), _split_params(params))
-        uri, _, params = value.partition(";")
-        if not uri:
-            raise SipParseError(f"malformed address: {value!r}")
-        return cls(uri.strip(), "", _split_params(params))
+            display, rest = display.strip(), "<" + rest
+            if display and not _DISPLAY_TOKENS.fullmatch(display):
+                raise SipParseError(f"display name must be quoted: {value[:80]!r}")
+        else:
+            uri, _, params = value.partition(";")
+            uri = uri.strip()
+            # Unbracketed, a URI with "?" or "," is ambiguous: §20.10 requires the brackets.
+            if not uri or _WHITE.search(uri) or "?" in uri or "," in uri:
+                raise SipParseError(f"malformed address: {value[:80]!r}")
+            return cls(uri, "", _split_params(params))
+        uri, sep, params = rest[1:].partition(">")
+        # LAQUOT and RAQUOT take no white space inside the brackets (RFC 4475 badaspec).
+        if not sep or not uri or _WHITE.search(uri):
+            raise SipParseError(f"malformed address: {value[:80]!r}")
+        params = params.strip()
+        if params and not params.startswith(";"):
+            raise SipParseError(f"malformed address: {value[:80]!r}")
+        return cls(uri, display, _split_params(params))
 
     @property
     def tag(self) -> str | None:
@@ -277,6 +307,19 @@ class NameAddr:
         display = f'"{self.display}" ' if self.display else ""
         params = "".join(f";{k}={v}" if v else f";{k}" for k, v in self.params.items())
         return f"{display}<{self.uri}>{params}"
+
+
+def _quoted_end(text: str) -> int:
+    """The index of the quote closing the quoted string ``text`` opens; -1 if none does."""
+    index = 1
+    while index < len(text):
+        if text[index] == "\\":
+            index += 2  # quoted-pair
+            continue
+        if text[index] == '"':
+            return index
+        index += 1
+    return -1
 
 
 def split_host_port(text: str) -> tuple[str, int | None]:
@@ -343,18 +386,40 @@ def parse(data: bytes) -> SipRequest | SipResponse:
     message: SipRequest | SipResponse
     if _CONTROL.search(start):
         raise SipParseError(f"control character in the start line: {start[:80]!r}")
+    start_error = None
     if status_match := _STATUS_LINE.match(start):
         message = SipResponse(status=int(status_match.group(1)), reason=status_match.group(2))
-    elif request_match := _REQUEST_LINE.match(start):
-        message = SipRequest(method=request_match.group(1), uri=request_match.group(2))
     else:
-        raise SipParseError(f"bad start line: {start[:80]!r}")
+        parts = start.split()
+        if len(parts) < 3 or not _TOKEN.match(parts[0]) or not parts[-1].startswith("SIP/"):
+            raise SipParseError(f"bad start line: {start[:80]!r}")
+        # Shaped like a request: read its headers, so that even a bad request line is answered.
+        message = SipRequest(method=parts[0], uri=parts[1])
+        start_error = _request_line_error(start, parts)
     errors = _read_headers(lines[1:], message.headers)
     partial = message if isinstance(message, SipRequest) else None
-    if errors:
-        raise SipParseError(errors[0], partial)
+    if start_error or errors:
+        raise SipParseError(start_error or errors[0], partial)
     _check(message, body, partial)
     return message
+
+
+def _request_line_error(start: str, parts: list[str]) -> str | None:
+    """What is wrong with a request line (RFC 4475 §3.1.2: badvers, lwsruri, lwsstart, trws,
+    ltgtruri, escruri), or None."""
+    if parts[-1] != "SIP/2.0":
+        return f"unsupported version {parts[-1][:20]!r}"
+    if len(parts) > 3:
+        return f"white space in the Request-URI: {start[:80]!r}"
+    if start != " ".join(parts):
+        return f"extra white space in the request line: {start[:80]!r}"
+    uri = parts[1]
+    if not _URI.fullmatch(uri):
+        return f"malformed Request-URI: {uri[:80]!r}"
+    scheme, _, rest = uri.partition(":")
+    if scheme.lower() in ("sip", "sips") and "?" in rest.rpartition("@")[2]:
+        return f"headers in the Request-URI: {uri[:80]!r}"  # §19.1.1: not allowed there
+    return None
 
 
 def _read_headers(lines: list[str], headers: Headers) -> list[str]:
@@ -396,9 +461,13 @@ def _read_headers(lines: list[str], headers: Headers) -> list[str]:
 def _split_commas(value: str) -> list[str]:
     items: list[str] = []
     current: list[str] = []
-    depth, quoted = 0, False
+    depth, quoted, escaped = 0, False, False
     for char in value:
-        if char == '"':
+        if escaped:
+            escaped = False
+        elif quoted and char == "\\":
+            escaped = True  # a quoted-pair: \" does not end the string
+        elif char == '"':
             quoted = not quoted
         elif not quoted and char == "<":
             depth += 1
@@ -418,6 +487,9 @@ def _check(message: SipRequest | SipResponse, body: bytes, partial: SipRequest |
     for name in REQUIRED_REQUEST_HEADERS:
         if name not in headers:
             raise SipParseError(f"missing {name} header", partial)
+    for name in SINGLE_HEADERS:
+        if len(headers.get_all(name)) > 1:  # which one would we believe? (multi01, mcl01)
+            raise SipParseError(f"more than one {name} header", partial)
     cseq = (headers.get("CSeq") or "").split()
     number = _number(cseq[0]) if len(cseq) == 2 else None
     if number is None or number >= 2**31:

@@ -20,6 +20,7 @@ from telephony.sip.message import (
     make_response,
     parse,
 )
+from telephony.sip.ratelimit import Quarantine
 
 log = logging.getLogger(__name__)
 Address = tuple[str, int]
@@ -195,6 +196,8 @@ class TransactionLayer(asyncio.DatagramProtocol):
     ``accept(source)`` is asked before each new server transaction (not for retransmissions,
     which the transaction absorbs, nor for ACKs): False answers a stateless 503 with
     Retry-After and keeps nothing, so a flood costs no memory (the endpoint's rate limit).
+    ``quarantine`` meters unreadable datagrams per source before anything is parsed: past its
+    budget a source is ignored for a while, and the warnings they cause are rate-limited.
     """
 
     def __init__(
@@ -203,9 +206,11 @@ class TransactionLayer(asyncio.DatagramProtocol):
         on_stray: Callable[[SipRequest | SipResponse, Address], None],
         timers: Timers | None = None,
         accept: Callable[[Address], bool] | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
         self.on_request, self.on_stray = on_request, on_stray
         self.accept = accept
+        self.quarantine = quarantine or Quarantine()
         self.timers = timers or Timers()
         self.loop = asyncio.get_running_loop()
         self.server: dict[tuple[str, str, str], ServerTransaction] = {}
@@ -230,13 +235,16 @@ class TransactionLayer(asyncio.DatagramProtocol):
         return transaction
 
     def datagram_received(self, data: bytes, addr: tuple[str | int, ...]) -> None:  # type: ignore[override]
+        if self.quarantine.ignored(str(addr[0])):
+            return  # before any parsing: a source that sent too much junk lately
         source: Address = (str(addr[0]), int(addr[1]))
         if data.strip(b"\r\n") == b"":
             return  # RFC 5626 keep-alive
         try:
             message = parse(data)
         except SipParseError as exc:
-            log.warning("unreadable SIP datagram from %s: %s", source, exc)
+            if not self.quarantine.unreadable(source[0], f"{source[0]}:{source[1]}", exc):
+                return
             if exc.partial is not None and exc.partial.method != "ACK":
                 try:
                     self.send(

@@ -17,7 +17,6 @@ import asyncio
 import ipaddress
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,7 +24,7 @@ from typing import Protocol
 from pipecat.transports.base_transport import BaseTransport
 
 from telephony.line import CallInfo, LineBusy, LineError
-from telephony.sip import sdp
+from telephony.sip import sdp, session_timer
 from telephony.sip.auth import AuthError, DigestChallenger, authorization
 from telephony.sip.dialog import Dialog
 from telephony.sip.message import (
@@ -38,6 +37,15 @@ from telephony.sip.message import (
     uri_host_port,
     uri_user,
 )
+from telephony.sip.ratelimit import RateLimiter
+from telephony.sip.session_timer import (
+    SESSION_EXPIRED,
+    Session,
+    SessionGone,
+    SessionTimer,
+    SessionTimers,
+    TimerRefusal,
+)
 from telephony.sip.transaction import (
     ServerTransaction,
     Timers,
@@ -46,7 +54,9 @@ from telephony.sip.transaction import (
 )
 
 log = logging.getLogger(__name__)
-ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY"
+ALLOW = "INVITE, ACK, BYE, CANCEL, OPTIONS, NOTIFY, UPDATE"
+#: The extensions we support: session timers (RFC 4028).
+SUPPORTED = "timer"
 #: G.711's rate: a SIP call's pipeline runs at it.
 SAMPLE_RATE = 8000
 Address = tuple[str, int]
@@ -93,31 +103,35 @@ class DialResult:
     reached: bool = True
 
 
-class RateLimiter:
-    """A token bucket per source address for new requests: ``burst`` at once, then ``rate``
-    a second. It keeps at most ``max_sources`` buckets: when full, the refilled ones (sources
-    gone quiet, the same as no bucket) are dropped, and if every one is still draining (a
-    spoofed flood from everywhere, which no per-source limit stops) all are."""
+#: The URI schemes a request may address us by (RFC 3261 §8.2.2.1).
+SCHEMES = frozenset({"sip", "sips", "tel"})
 
-    def __init__(self, rate: float, burst: float, max_sources: int = 10_000) -> None:
-        self.rate, self.burst, self.max_sources = rate, burst, max_sources
-        self._buckets: dict[str, tuple[float, float]] = {}
 
-    def allow(self, source: str) -> bool:
-        now = time.monotonic()
-        tokens, last = self._buckets.get(source, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if source not in self._buckets and len(self._buckets) >= self.max_sources:
-            self._buckets = {
-                s: (t, at)
-                for s, (t, at) in self._buckets.items()
-                if t + (now - at) * self.rate < self.burst
-            }
-            if len(self._buckets) >= self.max_sources:
-                self._buckets.clear()
-        allowed = tokens >= 1
-        self._buckets[source] = (tokens - 1 if allowed else tokens, now)
-        return allowed
+def required_extensions(request: SipRequest) -> set[str]:
+    """The option tags of the request's Require headers (RFC 3261 §20.32), lower-cased."""
+    return {
+        tag.strip().lower()
+        for value in request.headers.get_all("Require")
+        for tag in value.split(",")
+        if tag.strip()
+    }
+
+
+def _refusal_before_reading(request: SipRequest) -> SipResponse | None:
+    """RFC 3261 §8.2.2 and §8.2.3: what a UAS refuses before it looks at what is asked: an
+    unknown URI scheme (416), an extension it lacks but the peer requires (420: its meaning
+    might bind us, so it is refused, not ignored), a body it cannot read (415). CANCEL is
+    answered as its INVITE was; ACK never reaches here."""
+    if request.method == "CANCEL":
+        return None
+    if request.uri.partition(":")[0].lower() not in SCHEMES:
+        return make_response(request, 416)
+    if unknown := required_extensions(request) - {SUPPORTED}:
+        return make_response(request, 420, headers=[("Unsupported", ", ".join(sorted(unknown)))])
+    kind = (request.headers.get("Content-Type") or "").partition(";")[0].strip().lower()
+    if request.body and request.method in ("INVITE", "UPDATE") and kind != "application/sdp":
+        return make_response(request, 415, headers=[("Accept", "application/sdp")])
+    return None
 
 
 class SipCall:
@@ -142,6 +156,16 @@ class SipCall:
         self._ack_waiters: dict[int, asyncio.Event] = {}
         self._transport: BaseTransport | None = None
         self._last_ack: SipRequest | None = None
+        #: RFC 4028: the session timer, armed once answered; the one an inbound INVITE
+        #: negotiated (with its headers for our 200) waits in ``_uas_timer`` till then.
+        self.timer = SessionTimer(self._refresh, self._expire)
+        self._uas_timer: tuple[Session, list[tuple[str, str]]] | None = None
+        #: Whether the peer's Allow lists UPDATE: our refreshes are then UPDATEs.
+        self.peer_allows_update = False
+        #: Awaited when the session timer runs out, before our BYE: the application
+        #: records why the call ended (``session_expired``).
+        self.on_session_expired: Callable[[], Awaitable[None]] | None = None
+        self.expired = False
 
     def transport(self) -> BaseTransport:
         """``transport_factory(call)`` when the endpoint has one, else our RTP transport."""
@@ -165,13 +189,16 @@ class SipCall:
         if self.state != "ringing" or txn is None or self.negotiated is None:
             return
         await self._start_media(self.negotiated)
-        response = self._response(txn.request, 200, self.local.answer(self.negotiated))
+        session, timer_headers = self._uas_timer or (None, [])
+        body = self.local.answer(self.negotiated)
+        response = self._response(txn.request, 200, body, timer_headers)
         if not txn.respond(response):
             self.endpoint.cancelled_answers += 1
             log.info("SIP call %s: no 200, the INVITE already ended", self.dialog.call_id)
             await self._end("cancelled by the caller")
             return
         self.state = "confirmed"
+        self.timer.arm(session)
         if not await self._retransmit_2xx(txn, response):
             self.endpoint.unacked_2xx += 1
             log.warning("SIP call %s: our 200 was never acknowledged", self.dialog.call_id)
@@ -182,7 +209,7 @@ class SipCall:
             self.invite_txn.respond(self._response(self.invite_txn.request, 603))
             await self._end("declined")
         elif self.state == "confirmed":
-            await self._end("hung up by the agent", send_bye=True)
+            await self._end(SESSION_EXPIRED if self.expired else "hung up by the agent", True)
 
     async def hold(self, on: bool) -> None:
         if self.state != "confirmed" or self.negotiated is None:
@@ -192,16 +219,12 @@ class SipCall:
         body = self.local.describe(
             [(media.payload_type, media.codec)], media.dtmf_payload_type, direction
         )
-        response = await self._in_dialog("INVITE", body)
+        response = await self._offer("INVITE", body)
         if response.status >= 300:
             raise LineError(f"hold re-INVITE refused: {response.status} {response.reason}")
-        ack = self.dialog.request(
-            "ACK", self.endpoint.via, self.endpoint.contact, cseq=response.cseq[0]
-        )
-        self._last_ack = ack
-        self.endpoint.layer_send(ack, self.dialog.destination())
         self.direction = direction
         self.media.update(direction=direction)
+        self.timer.arm(session_timer.accepted(response.headers) or self.timer.session)
 
     async def transfer(self, target: str) -> None:
         if self.state != "confirmed":
@@ -213,15 +236,21 @@ class SipCall:
 
     # -- internals ------------------------------------------------------------------------
 
-    def _response(self, request: SipRequest, status: int, body: bytes = b"") -> SipResponse:
+    def _response(
+        self,
+        request: SipRequest,
+        status: int,
+        body: bytes = b"",
+        headers: list[tuple[str, str]] | None = None,
+    ) -> SipResponse:
+        ours = [("Contact", f"<{self.endpoint.contact}>"), ("Allow", ALLOW)]
+        ours.append(("Supported", SUPPORTED))
         return make_response(
             request,
             status,
             to_tag=self.dialog.local_tag,
             body=body,
-            headers=[("Contact", f"<{self.endpoint.contact}>"), ("Allow", ALLOW)]
-            if status < 300
-            else None,
+            headers=ours + (headers or []) if status < 300 else None,
         )
 
     async def _start_media(self, media: sdp.Media) -> None:
@@ -288,37 +317,121 @@ class SipCall:
         if request.method == "BYE":
             txn.respond(make_response(request, 200))
             await self._end("hung up by the caller")
-        elif request.method == "INVITE":
-            await self._on_reinvite(txn)
+        elif request.method in ("INVITE", "UPDATE"):
+            await self._on_offer(txn)
         elif request.method == "NOTIFY":
             txn.respond(make_response(request, 200))
         else:
             txn.respond(make_response(request, 501, headers=[("Allow", ALLOW)]))
 
-    async def _on_reinvite(self, txn: ServerTransaction) -> None:
+    async def _on_offer(self, txn: ServerTransaction) -> None:
+        """A re-INVITE, or an UPDATE (RFC 3311), from the peer: its SDP offer (a re-INVITE
+        always has one here, an UPDATE may) is answered in our 200, and either refreshes
+        the session timer (RFC 4028 §9: negotiated as for a new INVITE)."""
+        request = txn.request
         try:
-            media = sdp.negotiate(sdp.parse(txn.request.body))
-        except sdp.SdpError as exc:
-            txn.respond(make_response(txn.request, 488, headers=[("Warning", f'305 - "{exc}"')]))
+            session, timer_headers = session_timer.answer(
+                request.headers, self.endpoint.session_timers
+            )
+        except TimerRefusal as exc:
+            txn.respond(make_response(request, exc.status, exc.reason, headers=exc.headers))
             return
+        body = b""
+        if request.method == "INVITE" or request.body:
+            try:
+                media = sdp.negotiate(sdp.parse(request.body))
+            except sdp.SdpError as exc:
+                txn.respond(make_response(request, 488, headers=[("Warning", f'305 - "{exc}"')]))
+                return
+            self._apply_offer(media)
+            body = self.local.answer(media)
+        response = self._response(request, 200, body, timer_headers)
+        if not txn.respond(response):
+            return
+        if self.state == "confirmed":
+            self.timer.arm(session)
+        if request.method == "INVITE":
+            await self._retransmit_2xx(txn, response)
+
+    def _apply_offer(self, media: sdp.Media) -> None:
+        """Take the peer's new offer; the RTP session follows once it runs (an UPDATE may
+        come while the call rings: the answer's 200 then uses it)."""
         previous = self.negotiated
         self.negotiated = media
         self.direction = media.direction
+        if self.state != "confirmed":
+            return
         if previous is not None and (previous.remote_ip, previous.remote_port) != (
             media.remote_ip,
             media.remote_port,
         ):
             self.media.update(remote=(media.remote_ip, media.remote_port))
         self.media.update(direction=media.direction)
-        response = self._response(txn.request, 200, self.local.answer(media))
-        if txn.respond(response):
-            await self._retransmit_2xx(txn, response)
+
+    async def _offer(self, method: str, body: bytes) -> SipResponse:
+        """Our re-INVITE or UPDATE, with the session timer's headers (RFC 4028 §7.4); a
+        re-INVITE's 2xx is acknowledged here."""
+        session = self.timer.session
+        settings = self.endpoint.session_timers
+        headers = session_timer.offer(settings, session) if session else [("Supported", SUPPORTED)]
+        response = await self._in_dialog(method, body, headers)
+        if method == "INVITE" and 200 <= response.status < 300:
+            ack = self.dialog.request(
+                "ACK", self.endpoint.via, self.endpoint.contact, cseq=response.cseq[0]
+            )
+            self._last_ack = ack
+            self.endpoint.layer_send(ack, self.dialog.destination())
+        return response
+
+    async def _refresh(self, session: Session) -> Session | None:
+        """Refresh the session as its refresher (RFC 4028 §7.4): an UPDATE without a body
+        when the peer allows it, else a re-INVITE with our SDP unchanged. The renewed
+        session; None when refused (it lasts to its end); ``SessionGone`` when nothing
+        answered or the peer no longer knows the dialog (408, 481: RFC 3261 §12.2.1.2)."""
+        if self.state != "confirmed" or self.negotiated is None:
+            raise SessionGone(self.state)
+        media = self.negotiated
+        if self.peer_allows_update:
+            method, body = "UPDATE", b""
+        else:
+            payloads = [(media.payload_type, media.codec)]
+            method = "INVITE"
+            body = self.local.describe(payloads, media.dtmf_payload_type, self.direction)
+        try:
+            # Shielded: a refresh from the peer re-arms the timer (cancelling this task),
+            # and a re-INVITE of ours under way must still get its ACK.
+            response = await asyncio.shield(self._offer(method, body))
+        except LineError as exc:
+            raise SessionGone(str(exc)) from exc
+        if response.status in (408, 481):
+            raise SessionGone(f"{response.status} {response.reason}")
+        if response.status >= 300:
+            log.info(
+                "SIP call %s: refresh %s refused: %d", self.dialog.call_id, method, response.status
+            )
+            return None
+        return session_timer.accepted(response.headers) or session
+
+    async def _expire(self) -> None:
+        """The session was not refreshed in time (RFC 4028 §10): the peer is gone. The
+        application is told first, so that the call's record says why; then our BYE."""
+        if self.state != "confirmed":
+            return
+        self.expired = True
+        log.warning("SIP call %s: session timer expired, hanging up", self.dialog.call_id)
+        if self.on_session_expired is not None:
+            try:
+                await self.on_session_expired()
+            except Exception:
+                log.exception("on_session_expired failed for %s", self.dialog.call_id)
+        await self._end(SESSION_EXPIRED, send_bye=True)
 
     async def _end(self, reason: str, send_bye: bool = False) -> None:
         if self.state == "ended":
             return
         self.state = "ended"
         self.end_reason = reason
+        self.timer.stop()
         self.endpoint.calls.pop(self.dialog.call_id, None)
         if send_bye:
             request = self.dialog.request("BYE", self.endpoint.via, self.endpoint.contact)
@@ -355,6 +468,7 @@ class SipEndpoint:
         media: MediaFactory = open_rtp,
         transport_factory: Callable[[SipCall], BaseTransport] | None = None,
         timers: Timers | None = None,
+        session_timers: SessionTimers | None = None,
         rate: float = 20.0,
         burst: float = 40.0,
     ) -> None:
@@ -365,6 +479,7 @@ class SipEndpoint:
         self.trunk_auth, self.outbound_proxy = trunk_auth, outbound_proxy
         self.media, self.transport_factory = media, transport_factory
         self.timers = timers or Timers()
+        self.session_timers = session_timers or SessionTimers()
         self.limiter = RateLimiter(rate, burst)
         self.calls: dict[str, SipCall] = {}
         #: Answers refused because the INVITE had already ended (a CANCEL's 487 came first).
@@ -442,7 +557,9 @@ class SipEndpoint:
         request = txn.request
         call = self.calls.get(request.call_id)
         to_tag = NameAddr.parse(request.headers.get("To") or "").tag
-        if request.method == "CANCEL":
+        if refusal := _refusal_before_reading(request):
+            txn.respond(refusal)
+        elif request.method == "CANCEL":
             self._spawn(self._on_cancel(txn))
         elif request.method == "OPTIONS" and to_tag is None:
             txn.respond(
@@ -450,7 +567,11 @@ class SipEndpoint:
                     request,
                     200,
                     to_tag=new_tag(),
-                    headers=[("Allow", ALLOW), ("Accept", "application/sdp")],
+                    headers=[
+                        ("Allow", ALLOW),
+                        ("Accept", "application/sdp"),
+                        ("Supported", SUPPORTED),
+                    ],
                 )
             )
         elif to_tag is not None:
@@ -509,6 +630,15 @@ class SipEndpoint:
                 )
             )
             return
+        try:  # before anything is taken for the call (its RTP port, its place): no 18x
+            timer = session_timer.answer(request.headers, self.session_timers)
+        except TimerRefusal as exc:
+            txn.respond(
+                make_response(
+                    request, exc.status, exc.reason, to_tag=new_tag(), headers=exc.headers
+                )
+            )
+            return
         dialog = Dialog.as_uas(request, new_tag())
         try:
             dialog.destination()  # where our BYE will go: a sip: URI (Contact or Record-Route)
@@ -532,7 +662,8 @@ class SipEndpoint:
         call = SipCall(
             self, dialog, session, sdp.LocalSession(self.host, session.local_address[1]), info
         )
-        call.invite_txn, call.negotiated = txn, media
+        call.invite_txn, call.negotiated, call._uas_timer = txn, media, timer
+        call.peer_allows_update = session_timer.allows(request.headers, "UPDATE")
         try:
             answering = self.on_call(call)  # before the 180: a refusal never rings
         except Exception as exc:
@@ -605,10 +736,12 @@ class SipEndpoint:
         invite.headers.add("CSeq", "1 INVITE")
         invite.headers.add("Contact", f"<{self.contact}>")
         invite.headers.add("Allow", ALLOW)
+        for name, value in session_timer.offer(self.session_timers):
+            invite.headers.add(name, value)
         invite.headers.add("Content-Type", "application/sdp")
         invite.body = local.offer()
         deadline = self.loop.time() + ring_timeout
-        authenticated = False
+        authenticated = too_small = False
         while True:
             txn = self.layer.request(invite, destination)
             try:
@@ -642,6 +775,16 @@ class SipEndpoint:
                 authenticated = True
                 invite = self._with_credentials(invite, response)
                 continue
+            if response.status == 422 and not too_small:
+                # RFC 4028 §7.1: the interval we asked for is under the UAS's Min-SE; once
+                # more with its Min-SE (and no more: a second 422 ends the attempt).
+                too_small = True
+                larger = session_timer.retry_after_422(response.headers, self.session_timers)
+                if larger is not None:
+                    invite = self._again(invite)
+                    for name, value in session_timer.offer(larger):
+                        invite.headers.set(name, value)
+                    continue
             break
         if response.status >= 300:
             await session.close()
@@ -663,6 +806,7 @@ class SipEndpoint:
             sample_rate=SAMPLE_RATE,
         )
         call = SipCall(self, dialog, session, local, info)
+        call.peer_allows_update = session_timer.allows(response.headers, "UPDATE")
         self.calls[invite.call_id] = call
         ack = dialog.request("ACK", self.via, self.contact, cseq=invite.cseq[0])
         for name in ("Authorization", "Proxy-Authorization"):
@@ -677,19 +821,23 @@ class SipEndpoint:
             return DialResult("failed", response.status, str(exc))
         await call._start_media(media)
         call.state = "confirmed"
+        call.timer.arm(session_timer.accepted(response.headers))
         return DialResult("answered", response.status, response.reason, call)
+
+    def _again(self, invite: SipRequest) -> SipRequest:
+        """``invite`` sent anew after a final response: a new branch, the next CSeq."""
+        retry = SipRequest(method="INVITE", uri=invite.uri, body=invite.body)
+        retry.headers = type(invite.headers)(invite.headers.items())
+        retry.headers.set("Via", f"{self.via};branch={new_branch()};rport")
+        retry.headers.set("CSeq", f"{invite.cseq[0] + 1} INVITE")
+        return retry
 
     def _with_credentials(self, invite: SipRequest, challenge: SipResponse) -> SipRequest:
         assert self.trunk_auth is not None
         username, password = self.trunk_auth
         proxy = challenge.status == 407
         header = challenge.headers.get("Proxy-Authenticate" if proxy else "WWW-Authenticate")
-        retry = SipRequest(
-            method="INVITE", uri=invite.uri, headers=invite.headers, body=invite.body
-        )
-        retry.headers = type(invite.headers)(invite.headers.items())
-        retry.headers.set("Via", f"{self.via};branch={new_branch()};rport")
-        retry.headers.set("CSeq", f"{invite.cseq[0] + 1} INVITE")
+        retry = self._again(invite)
         try:
             value = authorization(
                 header or "", username=username, password=password, method="INVITE", uri=invite.uri
