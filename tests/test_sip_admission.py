@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import shutil
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -35,6 +36,7 @@ from telephony.sip import ua as ua_module
 from telephony.sip.message import NameAddr, SipRequest, SipResponse, make_response, parse
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import SipCall
+from tests.test_sipp import SCENARIOS, free_udp_port
 
 HOST = "127.0.0.1"
 Address = tuple[str, int]
@@ -378,3 +380,47 @@ async def test_a_call_on_hold_is_not_ended_for_its_silence(agent, sockets):
     await caller.until(lambda: caller.byes == ["held"], timeout_s=1 + 2)
     await asyncio.wait_for(asyncio.gather(*client.server.app[CALLS].tasks()), 30)
     assert await sip_calls(client) == ["media_timeout"]
+
+
+@pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed")
+async def test_a_sipp_caller_killed_mid_call_is_ended_and_recorded_within_the_timeout(
+    agent, tmp_path
+):
+    """Issue 19's test of liveness: a real SIP peer that vanishes (killed: no BYE, no more
+    RTP) leaves no call active; it is recorded ended (media_timeout) within the RTP timeout
+    plus 2 s of its death, and its place is given back."""
+    timeout_s = 1.0
+    client = await agent(RTP_TIMEOUT_S=str(timeout_s))
+    tone = np.sin(2 * np.pi * 440 * np.arange(8000) / 8000) * 8000
+    (tmp_path / "stream.ulaw").write_bytes(g711.encode("PCMU", tone.astype(np.int16).tobytes()))
+    port = sip_address(client)[1]
+    command = [
+        "sipp", f"{HOST}:{port}", "-sf", str(SCENARIOS / "vanish.xml"), "-s", "agent",
+        "-m", "1", "-i", HOST, "-p", str(free_udp_port()), "-mi", HOST,
+        "-mp", str(free_udp_port()), "-nostdin", "-nd", "-timeout", "90s",
+    ]  # fmt: skip
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        # answered and streaming: the agent carries it, and its record is open
+        await asyncio.wait_for(_until_calls(client, 1), 30)
+        await asyncio.sleep(2 * timeout_s)  # longer than the timeout: RTP keeps it alive
+        assert await sip_calls(client) == [None]
+    finally:
+        process.kill()
+        await process.wait()
+    died = asyncio.get_running_loop().time()
+    while await sip_calls(client) != ["media_timeout"]:
+        waited = asyncio.get_running_loop().time() - died
+        assert waited <= timeout_s + 2, f"still not ended {waited:.1f} s after the caller died"
+        await asyncio.sleep(0.1)
+    await all_places_free(client)
+
+
+async def _until_calls(client: TestClient, count: int) -> None:
+    while (await readiness(client))[1]["calls"] != count:
+        await asyncio.sleep(0.05)
