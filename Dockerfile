@@ -33,8 +33,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/venv
 WORKDIR /app
 # The dependencies first, installed against empty packages, so that a change to the code does
-# not recompile llama.cpp. The install is the Makefile's (infra/docker/install-agent.sh): the
-# project in editable mode from /app, where the code then lands.
+# not recompile llama.cpp. The install is `make run`'s (infra/docker/install-agent.sh): the
+# runtime and the cpu-models extra, never the test or lint extras; the project in editable mode
+# from /app, where the code then lands (agent/ with its package data: the planner's profiles in
+# agent/profiles, which the console's dashboard reads).
 COPY pyproject.toml ./
 COPY infra/docker/install-agent.sh infra/docker/install-agent.sh
 RUN mkdir -p agent telephony infra \

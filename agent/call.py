@@ -240,7 +240,7 @@ class Call:
             on_event=self._on_stt_event,
         )
         # Card digits read aloud stop right after the STT: the caller is told not to, and
-        # the digits reach no context, ledger or recording (DOMAIN C11, agent/card_guard.py).
+        # the digits reach no context, ledger or recording (rule C11, agent/card_guard.py).
         cards = CardGuard.for_call(self.policy, self._ctx.prompts.templates, self._record_event)
         # With the policy behind it, the LLM server must begin to answer within the phrasing
         # deadline: a dead or hung one costs the caller that, not the client's retries.
@@ -308,7 +308,7 @@ class Call:
                     self._policy_processor.speculation = speculation
             guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
         # The recording taps the caller's audio after the policy, which judges the words
-        # first (DOMAIN C11), and the agent's as it is played (agent/recording.py).
+        # first (rule C11), and the agent's as it is played (agent/recording.py).
         rate = self._sample_rate or settings.audio_in_sample_rate
         self._recorder = recorder_for(self.id, settings, self.policy, self._record_event, rate)
         recorder = self._recorder
@@ -474,7 +474,7 @@ class Call:
 
     async def _tell_the_gate(self) -> None:
         """What the consumer said that the pre-dial gate must honour before the next
-        attempt (DOMAIN C8, C12, D2, D5, 1006.14(b)(3)), with each signal's details: the
+        attempt (rule C8, C12, D2, D5, 1006.14(b)(3)), with each signal's details: the
         signals whoever gave them, the conversation, a consented callback
         (``agent.predial.record_call``). Only for a call about a debt in the portfolio."""
         policy = self.policy

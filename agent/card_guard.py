@@ -1,4 +1,4 @@
-"""Card digits read aloud (DOMAIN C11): the caller is stopped at the first digits, and the
+"""Card digits read aloud (rule C11): the caller is stopped at the first digits, and the
 digits go no further than the STT.
 
 ``CardGuard`` sits right after the STT. On a transcript (interim or final) that holds card

@@ -59,7 +59,8 @@ FAILED = AttemptOutcome.FAILED.value
 
 #: Final statuses that say the number does not exist (any more): not counted (D3).
 NOT_IN_SERVICE_STATUSES = frozenset({404, 410, 484, 604})
-#: The policy's dispositions of a call that reached a voicemail box (DOMAIN "Dispositions").
+#: The policy's dispositions of a call that reached a voicemail box (docs/compliance.md,
+#: "Dispositions").
 VOICEMAIL_DISPOSITIONS = frozenset({"voicemail_lcm_left", "voicemail_no_message"})
 #: How the UA's unanswered outcomes are recorded; anything else is ``failed``.
 _DIAL_OUTCOMES = {"busy": AttemptOutcome.BUSY.value, "no_answer": AttemptOutcome.NO_ANSWER.value}

@@ -571,5 +571,5 @@ class GuardProcessor(FrameProcessor):
 
 
 def _redacted(text: str) -> str:
-    """``text`` as it may be stored or logged: card data removed (DOMAIN C11)."""
+    """``text`` as it may be stored or logged: card data removed (rule C11)."""
     return redact_card_numbers(text)[0]

@@ -1,7 +1,7 @@
 """The output guard: every sentence the LLM writes is checked before it is spoken.
 
 The LLM phrases; it never decides what is legal. A sentence that breaks a rule
-of DOMAIN.md is not spoken: the guard says which rule, why, and gives a fixed
+of docs/compliance.md is not spoken: the guard says which rule, why, and gives a fixed
 sentence to say instead. The checks are plain regexes over one sentence (the
 pipeline aggregates the LLM's stream into sentences before the TTS), compiled
 once, so a check costs microseconds against a turn budget of milliseconds.
@@ -171,7 +171,7 @@ _LEGAL_RE = re.compile(
     r"|\b(?:take|taking|withhold\w*|dock\w*|attach\w*) (?:part of |some of )?(?:your|his|her) "
     r"(?:wages?|pay ?checks?|salary|income|property|house|home|car|bank account)\b"
 )
-# The time-barred disclosure (DOMAIN C9, 23 NYCRR 1.3): "we will not sue you for it".
+# The time-barred disclosure (rule C9, 23 NYCRR 1.3): "we will not sue you for it".
 _NO_SUIT_RE = re.compile(
     r"\b(?:we|they|the creditor|no one|nobody|you)\s+(?:will|can|may|could|would|are|is|shall)"
     r"(?:\s+not|n't|not)\s+(?:legally\s+)?(?:be\s+able\s+to\s+)?(?:sue|be\s+sued)\b"
@@ -577,7 +577,7 @@ def split_sentences(text: str) -> list[str]:
     return sentences
 
 
-#: Who the agent is and for whom it calls (DOMAIN C1): facts at every stage.
+#: Who the agent is and for whom it calls (rule C1): facts at every stage.
 AGENT_NAME = "Riley"
 AGENT_ROLE = "automated assistant"
 #: The company, a fact only once the right party is verified (C1, C3).

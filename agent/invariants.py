@@ -29,7 +29,7 @@ from functools import lru_cache
 from agent.policy import Account, ConversationPolicy, dollars, spoken_date
 from agent.understanding import redact_card_numbers
 
-#: The one verifier question that may name an account (DOMAIN C3's "last four").
+#: The one verifier question that may name an account (rule C3's "last four").
 _VERIFIER = re.compile(r"last four digits of your account number", re.I)
 #: Words that say or imply a debt exists, for C3 (the account's own facts are added).
 _DEBT_WORDS = re.compile(

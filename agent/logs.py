@@ -75,7 +75,7 @@ def configure(*, debug: bool = False, fmt: str = "text") -> None:
 
 
 #: pipecat's lines about the caller's keys (its LiveKit transport logs each DTMF event with
-#: its digit at debug level): never passed on, keyed digits may be card data (DOMAIN C11).
+#: its digit at debug level): never passed on, keyed digits may be card data (rule C11).
 _KEYS = re.compile(r"dtmf", re.I)
 
 

@@ -3,7 +3,7 @@
 Consumers, their phones and debts come from a creditor's portfolio
 (``agent.portfolio``); contact attempts are what the pre-dial gate
 (``agent.predial``) counts; calls, their turns, cost lines, events and
-promises are the evidence a call leaves behind (DOMAIN.md) and what the
+promises are the evidence a call leaves behind (docs/compliance.md) and what the
 console reads. They must mean the same on SQLite (the embedded default) and
 PostgreSQL (production), so only portable types are used, and the schema
 changes only through the Alembic migrations in ``migrations/``.
@@ -116,7 +116,7 @@ class StatuteStatus(enum.StrEnum):
 
 
 class TenantType(enum.StrEnum):
-    """Who collects; it picks the rule pack (DOMAIN "Who is on the line")."""
+    """Who collects; it picks the rule pack (docs/compliance.md, "Who is on the line")."""
 
     THIRD_PARTY_COLLECTOR = "third_party_collector"
     DEBT_BUYER = "debt_buyer"
@@ -142,7 +142,7 @@ class AttemptOutcome(enum.StrEnum):
 
 
 class PromiseStatus(enum.StrEnum):
-    """A promise to pay's lifecycle (DOMAIN "Dispositions")."""
+    """A promise to pay's lifecycle (docs/compliance.md, "Dispositions")."""
 
     OPEN = "open"
     KEPT = "kept"
@@ -187,7 +187,7 @@ class Call(Base):
     #: Who was reached: right_party, consumer_equivalent, third_party, wrong_number,
     #: attorney, unverified, voicemail, ...
     party: Mapped[str | None] = mapped_column(String(32))
-    #: The call's disposition (DOMAIN "Dispositions").
+    #: The call's disposition (docs/compliance.md, "Dispositions").
     disposition: Mapped[str | None] = mapped_column(String(64))
     #: When the right party was verified (C3); None while unverified.
     verified_at: Mapped[dt.datetime | None]

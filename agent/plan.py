@@ -1,7 +1,7 @@
 """The SLA/cost planner: which serving configuration meets a latency target at the lowest cost.
 
 ``python -m agent plan --target-ms 300`` reads the stage profiles the benchmarks
-write (``docs/benchmarks/profiles/*.json``) and the price book, combines one
+write (``agent/profiles/*.json``) and the price book, combines one
 option per stage into every end-to-end configuration, predicts each one's
 response latency at a percentile, prices a conversation minute, and lists the
 configurations that meet the target, cheapest first: the "grid search hell" of
@@ -116,7 +116,11 @@ SOURCES = ("measured", "declared")
 API_TTS = "fallback_tts"
 
 _REPO = Path(__file__).resolve().parent.parent
-DEFAULT_PROFILES = _REPO / "docs" / "benchmarks" / "profiles"
+#: The stage profiles: package data (pyproject.toml), so the installed agent and its image
+#: (the console's dashboard) read them too.
+DEFAULT_PROFILES = Path(__file__).resolve().parent / "profiles"
+#: The benchmarks' reports; a report here has its profile in DEFAULT_PROFILES.
+REPORTS = _REPO / "docs" / "benchmarks"
 DEFAULT_OUTPUT = "docs/benchmarks/plan.md"
 DEFAULT_TRANSPORT = "sip"
 #: A compute class for an API stage in the candidate book: zero dollars per hour, so
@@ -132,9 +136,11 @@ class ProfileError(ValueError):
 
 
 def profile_path_for(report: str | Path) -> Path:
-    """Where a benchmark's profile goes: ``profiles/<stem>.json`` beside its markdown."""
+    """Where a benchmark's profile goes: ``agent/profiles/<stem>.json`` for a report in
+    docs/benchmarks/, else ``profiles/<stem>.json`` beside its markdown."""
     report = Path(report)
-    return report.parent / "profiles" / f"{report.stem}.json"
+    shipped = report.resolve().parent == REPORTS
+    return (DEFAULT_PROFILES if shipped else report.parent / "profiles") / f"{report.stem}.json"
 
 
 def percentile_key(q: float) -> str:
@@ -1015,11 +1021,12 @@ class Prediction:
 
 
 def _gpu_note(directory: Path) -> list[str]:
-    gpu_md = directory.parent / "gpu.md"
+    shipped = directory.resolve() == DEFAULT_PROFILES
+    gpu_md = (REPORTS if shipped else directory.parent) / "gpu.md"
     if gpu_md.exists() and not (directory / "gpu.json").exists():
         note = (
             f"{gpu_md} exists but {directory / 'gpu.json'} does not: its GPU figures are not "
-            "used (run `python -m infra.gpu_check --profile docs/benchmarks/profiles/gpu.json`)."
+            f"used (run `python -m infra.gpu_check --profile {_display(directory / 'gpu.json')}`)."
         )
         logger.warning("%s", note)
         return [note]
@@ -1098,7 +1105,7 @@ def add_plan_parser(commands: Any) -> None:
         "plan",
         help="the serving configurations that meet a latency target at a percentile, "
         "cheapest first, from the benchmarks' stage profiles and the price book",
-        description="Combine the stage options of the profiles (docs/benchmarks/profiles/*.json, "
+        description="Combine the stage options of the profiles (agent/profiles/*.json, "
         "written by the benchmarks; declared figures are marked as such) into end-to-end "
         "configurations, predict each one's response latency and price a minute, and list "
         "those that meet the target, cheapest first. Exits 1 when none does, 2 on bad input.",
@@ -1117,7 +1124,7 @@ def add_plan_parser(commands: Any) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="the profiles' directory (default docs/benchmarks/profiles)",
+        help="the profiles' directory (default agent/profiles)",
     )
     parser.add_argument(
         "--price-book",

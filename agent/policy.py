@@ -9,7 +9,7 @@ some questions in production; it never decides what is legal.
         \\-> third party, wrong number, voicemail, callback, and the exits (dispute,
             stop, attorney, hardship, bankruptcy, deceased, refusal, a person) from any stage
 
-It fails closed (DOMAIN C3, C8, C13): whatever is unclear is asked again, a
+It fails closed (rule C3, C8, C13): whatever is unclear is asked again, a
 second time ends politely, and nothing is ever assumed in the caller's
 disfavour.
 
@@ -57,7 +57,7 @@ MAX_CUTS = 3
 MAX_DAYS_AHEAD = 45
 
 #: How a promise may be paid when the LLM records it (the agent never takes card
-#: digits by voice: a card payment goes through the secure link, DOMAIN C11).
+#: digits by voice: a card payment goes through the secure link, rule C11).
 PAYMENT_METHODS = (PaymentMethod.DEBIT_CARD, PaymentMethod.BANK_TRANSFER, PaymentMethod.CHECK)
 
 #: What an answer to each question is expected to hold, so "yes", "the fifth"
@@ -122,7 +122,7 @@ DISCLOSURES = {
 #: The tools the LLM may call (agent.phrasing describes them to it); the policy gates each.
 TOOLS = ("record_promise", "record_dispute", "transfer", "end_call")
 
-#: The signals of DOMAIN C8/C12 that end the call, with the disposition each leaves.
+#: The signals of rule C8/C12 that end the call, with the disposition each leaves.
 _ENDING_SIGNALS = (
     (Intent.CEASE, "cease", "cease_requested"),
     (Intent.STOP_CALLING, "stop_calling", "stop_calling"),

@@ -1,6 +1,6 @@
 """The pre-dial gate: may this number be called about this debt, at this time?
 
-Every outbound attempt asks here first (DOMAIN.md, "Before dialing", D1-D10).
+Every outbound attempt asks here first (rules D1-D10 of docs/compliance.md).
 The rules are code, not prompts: each is a function of what the database knows
 about the debt, the consumer, the number and the attempts already made, and of
 the time. ``check`` evaluates all of them in a fixed order (suppressions and
@@ -12,7 +12,7 @@ is a denial too: the gate fails closed, and every decision is logged.
 in one transaction that holds the debt, so two dialers cannot both take the
 last slot. ``record_outcome``, ``record_conversation``, ``apply_signal`` and
 ``record_callback_consent`` feed back what happened on the line (D2, D3, D5,
-the consumer's requests, DOMAIN C8/C12), so the next check sees it;
+the consumer's requests, rule C8/C12), so the next check sees it;
 ``record_call`` does all of that for a finished call from its policy events.
 A callback the consumer asked for is a consented call (1006.14(b)(3)): inside
 its window it neither counts towards D1 nor is barred by D2, and every other
@@ -1023,7 +1023,7 @@ def apply_signal(
     ``window`` with ``inconvenient_time``; ``partial`` with ``dispute`` (a
     dispute of part of the debt suppresses all of it until verified: the gate
     cannot call about half a debt). ``party`` is who said it, for the log: a
-    signal is honoured whoever gave it (DOMAIN C8), since each only stops calls.
+    signal is honoured whoever gave it (rule C8), since each only stops calls.
     Bankruptcy and death concern the person, so they suppress every debt of
     the consumer; a dispute and a cease request concern this debt.
     """
@@ -1092,7 +1092,7 @@ def _attorney(known: str | None, name: str | None, number: str | None) -> str:
     """The attorney text after a call named one: what was said, else what was known.
 
     The number, when given, is kept after the name (an operator writes to the
-    attorney, DOMAIN C8); a call that only says "talk to my lawyer" does not
+    attorney, rule C8); a call that only says "talk to my lawyer" does not
     overwrite a name already on file.
     """
     name = (name or "").strip()
@@ -1189,7 +1189,7 @@ def record_call(
 ) -> list[str]:
     """Feed a finished call about ``debt_id`` to the gate; return what could not be applied.
 
-    - every ``signal`` event of a gate signal, whoever said it (DOMAIN C8: a
+    - every ``signal`` event of a gate signal, whoever said it (rule C8: a
       signal given before verification counts; each only stops calls), with its
       details: the inconvenient window, the attorney's name and number, whether a
       dispute is partial. An inconvenient time whose window cannot be read is

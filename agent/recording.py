@@ -8,7 +8,7 @@ policy handled them. The agent's sits after the output transport: it sees the ag
 audio as it is played. Each channel is placed on one wall clock, so the two stay
 aligned (within ``SLACK_S``) across the agent's silences, a muted line or a stalled TTS.
 
-What the recording may hold is decided by rules that fail closed (DOMAIN C11): the caller's
+What the recording may hold is decided by rules that fail closed (rule C11): the caller's
 channel is silence unless every rule lets it through, whatever the transcript says, because
 the recognizer can drop what it heard (Whisper tiny turned a card number, its expiry and its
 code into "I'll just pay it all now."). The caller's audio is held in memory until the

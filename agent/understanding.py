@@ -5,10 +5,10 @@ punctuation, numbers as digits or as words. The output is an ``Understanding``:
 the caller's intents (a dispute, "stop calling", a lawyer, a payment offer...)
 and the facts the policy needs (an amount, a date, a name, a date of birth, the
 last four digits, a payment method). The policy acts on these, never on the
-LLM's reading of the call, so a compliance signal (DOMAIN C8, C12) cannot be
+LLM's reading of the call, so a compliance signal (rule C8, C12) cannot be
 missed because a model phrased it differently.
 
-Card data never gets past this module (DOMAIN C11): ``redact_card_numbers``
+Card data never gets past this module (rule C11): ``redact_card_numbers``
 removes card numbers, expiry dates and security codes from a transcript, and
 ``understand`` reads only the redacted text, which it hands back in
 ``Understanding.text`` for the LLM, the store and the logs.
@@ -126,7 +126,7 @@ class Understanding:
     ``amount_cents`` is the amount the caller offered or named; ``monthly`` says it
     is a monthly amount ("100 a month"), ``per`` the period of any recurring one
     ("month", "week", "two weeks"); ``voicemail`` says the line is an answering
-    machine's greeting, not a person (DOMAIN C10); ``discount_pct`` is a discount the
+    machine's greeting, not a person (rule C10); ``discount_pct`` is a discount the
     caller asked for ("can you take 40 percent off", "settle for half": 50).
     ``text`` is the transcript with card data removed: the only form of it that
     may reach the LLM, the store or a log.
@@ -165,7 +165,7 @@ class Understanding:
     partial_date: bool = False
 
 
-# -- card data (DOMAIN C11) ----------------------------------------------------------
+# -- card data (rule C11) ----------------------------------------------------------
 
 CARD_REMOVED = "[card number removed]"
 EXPIRY_REMOVED = "[expiry removed]"
@@ -727,7 +727,7 @@ _INTENT_RULES: list[_Rule] = [
     ),
 ]
 
-# An answering machine's greeting (DOMAIN C10): only a limited-content message may follow.
+# An answering machine's greeting (rule C10): only a limited-content message may follow.
 _VOICEMAIL_RE = re.compile(
     r"\b(?:after|at) the (?:tone|beep)\b|\byou (?:have|ve) reached\b"
     r"|\bleave (?:me |us )?(?:a |your )?(?:brief |short )?(?:message|name and number)\b"

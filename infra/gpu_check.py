@@ -9,7 +9,7 @@ before a GPU session spends its minutes on it.
     python -m infra.gpu_check [--dry-run] [--out FILE] [--profile FILE]
 
 ``--profile`` also writes the figures as the planner's stage profile (agent/plan.py's format,
-``docs/benchmarks/profiles/gpu.json``), which ``python -m agent plan`` reads.
+``agent/profiles/gpu.json``), which ``python -m agent plan`` reads.
 """
 
 from __future__ import annotations
@@ -616,7 +616,7 @@ def planner_profile(report: dict[str, Any], command: str = "") -> dict[str, Any]
     return profile_document(
         "gpu",
         options,
-        command=command or "python -m infra.gpu_check --profile docs/benchmarks/profiles/gpu.json",
+        command=command or "python -m infra.gpu_check --profile agent/profiles/gpu.json",
         machine=f"{report.get('device', '?')}, torch {report.get('torch', '?')}, "
         f"transformers {report.get('transformers', '?')}",
         report="docs/benchmarks/gpu.md",

@@ -291,7 +291,7 @@ class ListenSession:
         }
         if turn is None:
             final["forced"] = True
-        # Never the words themselves: a caller may read out a card number (DOMAIN C11).
+        # Never the words themselves: a caller may read out a card number (rule C11).
         logger.info(
             "stream %r: turn %s, %.2f s of audio in %.0f ms, %d characters",
             self.call_id,

@@ -541,7 +541,7 @@ class RtpSession:
                     self._put_frame(RtpFrame(0, silence, bytes(PCM_BYTES_PER_PACKET), True))
             elif item.payload_type == self.dtmf_payload_type:
                 for digit in self._dtmf_in.feed(item.timestamp, item.payload):
-                    # Never the digit itself: keyed digits may be card data (DOMAIN C11).
+                    # Never the digit itself: keyed digits may be card data (rule C11).
                     logger.debug("DTMF key received")
                     self._digits.put_nowait(digit)
             else:

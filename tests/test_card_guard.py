@@ -1,4 +1,4 @@
-"""Card digits read aloud and keyed (agent/card_guard.py, DOMAIN C11): what counts as card
+"""Card digits read aloud and keyed (agent/card_guard.py, rule C11): what counts as card
 data, the guard in the pipeline (pipecat's own test harness), and keyed digits kept out
 of the logs and the pipeline."""
 

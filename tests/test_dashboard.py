@@ -259,7 +259,7 @@ async def test_the_owner_sees_the_charts_the_target_lines_and_the_tiles(client: 
     assert "<td>2026-12-01</td><td>3</td><td>4.0</td><td>$0.0800</td><td>$0.0200</td>" in page
     assert 'data-kpi="right_party_contact_rate"' in page and "66.7%" in page
     assert "no payment data" in page
-    # The planner's choice (docs/benchmarks/profiles/) beside what was measured.
+    # The planner's choice (agent/profiles/) beside what was measured.
     planned = re.search(r'<p class="note" id="planned">(.*?)</p>', page, re.S)
     assert planned and "Predicted response p95" in planned.group(1)
     assert "measured over this range: response p95" in planned.group(1)

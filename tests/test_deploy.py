@@ -946,8 +946,9 @@ def test_the_agent_image_installs_as_the_makefile_does(tmp_path: Path) -> None:
     assert match, installs[0]
     python, image_extras = match.groups()
     assert python == "/opt/venv/bin/python"
+    # The image installs what `make run` installs (the runtime and the CPU models), no more.
     makefile = makefile_install()
-    assert makefile["extras"] - {"dev"} == set(image_extras.split(","))
+    assert makefile["extras"] == set(image_extras.split(",")) == {"cpu-models"}
     # The script's own commands, run with a python that records them, are the Makefile's.
     recorded = run_install_script(makefile["extras_text"], tmp_path)
     assert recorded["commands"] == makefile["pip"]
@@ -960,13 +961,25 @@ def test_the_agent_image_installs_as_the_makefile_does(tmp_path: Path) -> None:
     assert "HF_HUB_OFFLINE=1" in env and "PORT=8080" in env and "HOST=0.0.0.0" in env
 
 
+def test_the_agent_image_carries_the_planners_profiles() -> None:
+    """The console's dashboard plans from agent/profiles/*.json (package data): the build stage
+    copies agent/ into the editable install's /app, and .dockerignore keeps none of them out."""
+    profiles = sorted((ROOT / "agent" / "profiles").glob("*.json"))
+    assert profiles, "agent/profiles/*.json: the planner's profiles are missing"
+    for profile in profiles:
+        relative = profile.relative_to(ROOT).as_posix()
+        assert not ignored(relative), f"{relative} is in .dockerignore"
+    dockerfile = Dockerfile.parse(ROOT / "Dockerfile")
+    assert "agent agent" in [c.arguments for c in dockerfile.all("COPY")]
+
+
 def makefile_install() -> dict[str, Any]:
-    """The pip commands `make` runs to install .venv, from `make -n` (nothing is run)."""
+    """The pip commands `make run` runs to install .venv, from `make -n` (nothing is run)."""
     make = shutil.which("make")
     if make is None:
         pytest.fail("make is not installed (it runs the test suite: make test)")
     result = subprocess.run(
-        [make, "-n", "-B", "--no-print-directory", ".venv/.installed"],
+        [make, "-n", "-B", "--no-print-directory", ".venv/.installed-run"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""The output guard's allow-list, by property (DOMAIN C3, C5, C6, C13; issue 17, item 5).
+"""The output guard's allow-list, by property (rule C3, C5, C6, C13; issue 17, item 5).
 
 A small LLM writes anything: generated outputs from every family of what it gets wrong
 (wrong amounts, invented discounts, dates and phone numbers, other scripts and

@@ -1,4 +1,4 @@
-"""The conversation policy, rule by rule (DOMAIN C1-C13), at text level."""
+"""The conversation policy, rule by rule (rules C1-C13), at text level."""
 
 import datetime as dt
 import re

@@ -1,4 +1,4 @@
-"""The policy under generated callers: invariants after every agent line (DOMAIN C3, C8,
+"""The policy under generated callers: invariants after every agent line (rule C3, C8,
 C11, C13), whatever is said, in whatever order, heard in full or talked over.
 
 A Hypothesis state machine plays the caller: each step says one line from a family

@@ -850,7 +850,7 @@ def test_inconvenient_time_and_workplace_from_the_call_are_recorded(db_engine: E
 def test_signals_before_verification_reach_the_gate_without_a_conversation(
     db_engine: Engine,
 ) -> None:
-    """DOMAIN C8: bankruptcy, a dispute, "stop calling", whoever says them; no D2."""
+    """rule C8: bankruptcy, a dispute, "stop calling", whoever says them; no D2."""
     account = open_account(db_engine, debts=2)
     problems = record_call(
         db_engine,

@@ -159,7 +159,7 @@ async def test_phrase_mode_on_the_real_llm_leaves_the_outcome_to_the_policy(
     cpu_models, tmp_path, caplog
 ):
     """LLM_MODE=phrase on Gemma 270M, which cannot follow the turn's instruction
-    (MODELS.md): what it writes is spoken only past the guard, the policy's text
+    (a base model): what it writes is spoken only past the guard, the policy's text
     stands in for anything missing or blocked, and the call ends as the rules say.
     On CPU its first words take seconds, far past the 200 ms production deadline:
     a 30 s one lets it answer, so its phrasing is what is tested here."""

@@ -137,7 +137,7 @@ def test_c8_cease_is_also_a_stop_calling() -> None:
 
 
 def test_d5_a_time_or_place_restriction_is_not_a_stop_calling() -> None:
-    # "Don't call me at work" limits place and time (DOMAIN D5); it is no medium opt-out.
+    # "Don't call me at work" limits place and time (rule D5); it is no medium opt-out.
     for text in ("Don't call me at work.", "Don't call me before noon.", "Don't call me after 9."):
         assert Intent.STOP_CALLING not in intents(text), text
 

@@ -62,7 +62,7 @@ def add_dashboard(app: web.Application, target_usd_per_minute: float | None = No
 
 def _planned_configuration() -> Prediction | None:
     """The planner's cheapest configuration that meets the latency target (agent/plan.py),
-    from the measured profiles in docs/benchmarks/profiles/; None when none does or the
+    from the measured profiles in agent/profiles/; None when none does or the
     profiles cannot be read (the page says so)."""
     try:
         return chosen_configuration(RESPONSE_TARGET_MS)

@@ -2,7 +2,7 @@
 
 The GPU images bake their weights in (infra/docker/*-gpu.Dockerfile, stage ``weights``) so a
 new replica starts by loading files already on its disk instead of downloading tens of
-gigabytes first: the cold-start advice of the serving talk in /work/shared/seeds/.
+gigabytes first: the cold-start advice of the serving talk (docs/compliance.md, targets).
 
     python fetch_weights.py REPO REVISION DEST [--include PATTERN ...]
 

@@ -5,8 +5,8 @@
 #   sh infra/docker/install-agent.sh PYTHON EXTRAS
 #
 # PYTHON is the interpreter of the environment to install into (a venv's python); EXTRAS are
-# pyproject.toml's extras, comma-separated: the image takes cpu-models, make takes
-# cpu-models,dev. Run it from the repository root: the project is installed there, editable,
+# pyproject.toml's extras, comma-separated: the image and `make run` take cpu-models, `make test`
+# adds test. Run it from the repository root: the project is installed there, editable,
 # exactly as make installs it. tests/test_deploy.py checks that these commands and the
 # Makefile's stay the same.
 set -eu
