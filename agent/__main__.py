@@ -221,10 +221,12 @@ def _parser() -> argparse.ArgumentParser:
     from agent.bench_compliance import add_compliance_parser
     from agent.bench_console import add_calls_parser
     from agent.bench_endpoint import add_endpoint_parser
+    from agent.bench_soak import add_soak_parser
 
     add_calls_parser(benches)
     add_compliance_parser(benches)
     add_endpoint_parser(benches)
+    add_soak_parser(benches)
     return parser
 
 
@@ -310,6 +312,10 @@ def _command(args: argparse.Namespace, settings: Settings) -> int:
         from agent.bench_endpoint import run_endpoint_command
 
         return run_endpoint_command(args, settings)
+    if args.command == "bench" and args.bench == "soak":
+        from agent.bench_soak import run_soak_command
+
+        return run_soak_command(args, settings)
     if args.command == "bench" and args.bench == "compliance":
         from agent.bench_compliance import run_compliance_command
 

@@ -1,8 +1,10 @@
 """``GET /metrics``: the server's live figures in the Prometheus text format.
 
 - ``agent_live_calls``: calls this process is carrying now, read at scrape time.
-- ``agent_turn_response_seconds``: a histogram of turns' ``response_ms`` (turn
-  committed to the first agent audio frame), and
+- ``agent_asyncio_tasks``: the tasks of the process's event loop at scrape time (a
+  leak check: ``bench soak`` reads it before and after its churn).
+- ``agent_turn_response_seconds``: a histogram of turns' ``response_ms`` (the VAD's
+  stop to the first agent audio frame: ``agent.latency``), and
   ``agent_turn_voice_to_voice_seconds`` of ``voice_to_voice_ms``.
 - ``agent_calls_ended_total``, ``agent_call_seconds_total`` and
   ``agent_call_cost_usd_total{component=...}``: counters of ended calls, their
@@ -19,6 +21,7 @@ one process do not meet. Served to the worker's own host, or to a scraper with a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,9 +49,14 @@ class Metrics:
             "agent_live_calls", "Calls this process is carrying now.", registry=self.registry
         )
         self.live_calls.set_function(lambda: float(live_calls()))
+        self.tasks = Gauge(
+            "agent_asyncio_tasks", "Tasks of this process's event loop.", registry=self.registry
+        )
+        self.tasks.set_function(_task_count)
         self.response = Histogram(
             "agent_turn_response_seconds",
-            "Turn committed to the first agent audio frame sent (turns.response_ms).",
+            "End of the caller's speech (VAD stop) to the first agent audio frame sent "
+            "(turns.response_ms).",
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
@@ -92,6 +100,13 @@ class Metrics:
 
 
 METRICS = web.AppKey("metrics", Metrics)
+
+
+def _task_count() -> float:
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # no running event loop: an exposition outside the server
+        return 0.0
 
 
 def _live_calls_of(app: web.Application) -> Callable[[], int]:

@@ -338,10 +338,11 @@ def _take_sip(app: web.Application, line: SipCall) -> Awaitable[None]:
 
 async def _answer_sip(app: web.Application, line: SipCall, reservation: Reservation) -> None:
     """Pick up and hold the call as any other; its place is freed however it goes (cancelled
-    while ringing, our answer never acknowledged, an error, the call's end)."""
+    while ringing, our answer never acknowledged, an error, the call's end). A call the caller
+    acknowledged is recorded even when its BYE came with the ACK: it took place."""
     with reservation:
         await line.answer()
-        if line.state == "confirmed":  # not cancelled while ringing
+        if line.answered:
             await converse(app, line, reservation=reservation)
 
 

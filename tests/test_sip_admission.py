@@ -424,3 +424,22 @@ async def test_a_sipp_caller_killed_mid_call_is_ended_and_recorded_within_the_ti
 async def _until_calls(client: TestClient, count: int) -> None:
     while (await readiness(client))[1]["calls"] != count:
         await asyncio.sleep(0.05)
+
+
+async def test_a_call_hung_up_with_its_ack_is_recorded_as_the_caller_hanging_up(agent, sockets):
+    """The caller's ACK and BYE in one burst, before the agent has started the conversation:
+    the call took place, so it has its record, ended by the caller (not by the RTP timeout)."""
+    client = await agent(RTP_TIMEOUT_S="30")
+    address = sip_address(client)
+    caller, ear = await sockets(Phone), await sockets(Earpiece)
+    caller.acks_answers = False
+    caller.invite("brief", address, ear.port)
+    await caller.until(lambda: caller.final("brief") is not None)
+    answer = caller.final("brief")
+    assert answer is not None and answer.status == 200
+    caller._send(caller._ack(answer, secrets.token_hex(6)), address)
+    caller.bye("brief", address)  # the same turn of the loop: both datagrams arrive together
+    await caller.until(lambda: 200 in caller.statuses("brief", "BYE"))
+    await asyncio.wait_for(_until_calls(client, 0), 10)
+    await asyncio.wait_for(asyncio.gather(*client.server.app[CALLS].tasks()), 10)
+    assert await sip_calls(client) == ["caller_hung_up"]

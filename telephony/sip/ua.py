@@ -166,6 +166,9 @@ class SipCall:
         #: records why the call ended (``session_expired``).
         self.on_session_expired: Callable[[], Awaitable[None]] | None = None
         self.expired = False
+        #: The caller acknowledged our 200: the call took place, however soon it ended
+        #: (a BYE may come with the ACK, before ``answer`` returns).
+        self.answered = False
 
     def transport(self) -> BaseTransport:
         """``transport_factory(call)`` when the endpoint has one, else our RTP transport."""
@@ -203,6 +206,8 @@ class SipCall:
             self.endpoint.unacked_2xx += 1
             log.warning("SIP call %s: our 200 was never acknowledged", self.dialog.call_id)
             await self._end("no ACK for our 200 (timer H)", send_bye=True)
+            return
+        self.answered = True
 
     async def hang_up(self) -> None:
         if self.state == "ringing" and self.invite_txn is not None:
