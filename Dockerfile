@@ -48,7 +48,7 @@ COPY prompts prompts
 COPY telephony telephony
 COPY infra infra
 COPY agent agent
-COPY --from=vendor /src/agent/web/vendor agent/web/vendor
+COPY --from=vendor /src/agent/server/web/vendor agent/server/web/vendor
 # Bake the models (the Gemma file is assembled into the agent user's cache), load each one once,
 # and compile the bytecode now: the root file system is read-only when the image runs.
 RUN HOME=/home/agent HF_HUB_OFFLINE=1 /opt/venv/bin/python infra/docker/bake_cpu_models.py --load \

@@ -13,7 +13,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 # Chart.js for the console dashboard, from the npm registry, checked against its digest.
 CHART_JS_VERSION := 4.5.1
 CHART_JS_SHA256 := f540d98468457ac7a0aabb32006dfb066297e096c5ea063a5d80aa973d1c337a
-VENDOR := agent/web/vendor
+VENDOR := agent/server/web/vendor
 
 # One stamp per job, each installing only what that job needs into the one .venv:
 #   run:  the runtime and the CPU models (pyproject's cpu-models extra), as the image installs

@@ -24,7 +24,7 @@ from sqlalchemy.exc import ArgumentError
 VAD_KINDS = ("webrtc", "silero")
 #: ``templates``: the policy's fixed texts only (the CPU default: the 270M model cannot
 #: follow instructions); ``phrase``: the LLM phrases the policy's open questions and may
-#: call its tools (production, agent/phrasing.py).
+#: call its tools (production, agent/pipeline/phrasing.py).
 LLM_MODES = ("templates", "phrase")
 
 
@@ -187,7 +187,7 @@ def _sip(env: dict[str, str]) -> dict[str, Any]:
 
 
 def _recording(env: dict[str, str], database_url: str, data_dir: Path) -> dict[str, Any]:
-    """Where call recordings go (agent/recording.py): unset, a ``recordings/`` directory
+    """Where call recordings go (agent/pipeline/recording.py): unset, a ``recordings/`` directory
     beside the SQLite database (under ``DATA_DIR`` with another database); empty or
     ``off``, nowhere: calls are not recorded."""
     raw = env.get("RECORDING_STORE")
@@ -255,7 +255,8 @@ class Settings:
     price_book: Path | None = None
     price_profile: str = "embedded-cpu"
     prompt_version: str = "collections-v2"
-    # The TTS router's fallback (agent/tts_router.py); "none": the primary alone, no router.
+    # The TTS router's fallback (agent/pipeline/tts_router.py); "none": the primary alone, no
+    # router.
     tts_fallback: str = "none"
     tts_fallback_url: str = "wss://api.cartesia.ai/tts/websocket"
     tts_fallback_api_key: str | None = None
@@ -278,7 +279,7 @@ class Settings:
     #: Console cookies are Secure (and ``__Host-``): on behind HTTPS, off on a developer's
     #: plain-HTTP loopback.
     secure_cookies: bool = False
-    #: Behind ``serve --workers`` (agent/supervisor.py): the caller's address is the last of
+    #: Behind ``serve --workers`` (agent/runtime/supervisor.py): the caller's address is the last of
     #: ``X-Forwarded-For`` on requests from loopback (the entry), not the entry's own.
     trust_forwarded_for: bool = False
     #: This worker's name on its calls' rows (the host's name: a pod's); unique per worker.
@@ -293,7 +294,7 @@ class Settings:
     #: On SIGTERM (or ``POST /drain``): how long calls in progress may go on before they
     #: are ended; the orchestrator's grace period must be longer.
     drain_timeout_s: float = 300.0
-    # A call's limits (agent/limits.py): each frees the call's slot and ends its record.
+    # A call's limits (agent/pipeline/limits.py): each frees the call's slot and ends its record.
     #: A line that does not connect in this long ends the call (``never_connected``).
     connect_timeout_s: float = 10.0
     #: The longest a call may last (``max_duration``); collections calls take minutes.
@@ -322,7 +323,7 @@ class Settings:
     sip_min_se_s: int = 90
     #: Where a call goes when the caller wants a person (a SIP URI: the collectors' queue).
     transfer_target: str | None = None
-    #: Where call recordings go (agent/recording.py): a directory or s3://bucket/prefix;
+    #: Where call recordings go (agent/pipeline/recording.py): a directory or s3://bucket/prefix;
     #: None: calls are not recorded.
     recording_store: str | None = "data/recordings"
     #: An S3-compatible store's endpoint (MinIO, Ceph, R2); None: AWS S3 itself.

@@ -8,8 +8,8 @@ before a GPU session spends its minutes on it.
 
     python -m infra.gpu_check [--dry-run] [--out FILE] [--profile FILE]
 
-``--profile`` also writes the figures as the planner's stage profile (agent/plan.py's format,
-``agent/profiles/gpu.json``), which ``python -m agent plan`` reads.
+``--profile`` also writes the figures as the planner's stage profile (agent/ledger/plan.py's format,
+``agent/ledger/profiles/gpu.json``), which ``python -m agent plan`` reads.
 """
 
 from __future__ import annotations
@@ -522,7 +522,7 @@ def planner_profile(report: dict[str, Any], command: str = "") -> dict[str, Any]
     will not assume a p95 it was not given. Calls per unit is the batch: every call using
     the stage at the same moment, the pessimistic reading.
     """
-    from agent.plan import profile_document, stage_option
+    from agent.ledger.plan import profile_document, stage_option
 
     compute = compute_class(str(report.get("device", "")))
     engine = f"transformers eager, {report.get('dtype', '?')}"
@@ -616,7 +616,7 @@ def planner_profile(report: dict[str, Any], command: str = "") -> dict[str, Any]
     return profile_document(
         "gpu",
         options,
-        command=command or "python -m infra.gpu_check --profile agent/profiles/gpu.json",
+        command=command or "python -m infra.gpu_check --profile agent/ledger/profiles/gpu.json",
         machine=f"{report.get('device', '?')}, torch {report.get('torch', '?')}, "
         f"transformers {report.get('transformers', '?')}",
         report="docs/benchmarks/gpu.md",
@@ -642,7 +642,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w", encoding="utf-8") as file:
             file.write(text + "\n")
     if args.profile:
-        from agent.plan import write_profile
+        from agent.ledger.plan import write_profile
 
         command = "python -m infra.gpu_check " + " ".join(
             argv if argv is not None else sys.argv[1:]

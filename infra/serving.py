@@ -1,6 +1,6 @@
 """What every model server process shares: its command line and its logging.
 
-The servers are started as child processes by ``agent.embedded`` and by hand in
+The servers are started as child processes by ``agent.runtime.embedded`` and by hand in
 deployments; one command line shape (``--host``, ``--port``) keeps both uses alike.
 """
 

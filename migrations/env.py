@@ -1,10 +1,10 @@
 """Alembic environment: which database, which models, and the care SQLite needs.
 
 The URL comes from, in order: ``config.attributes["url"]`` (set by
-``agent.store.alembic_config`` for the server and the tests), ``-x url=...``
+``agent.store.database.alembic_config`` for the server and the tests), ``-x url=...``
 on the command line, the ``DATABASE_URL`` environment variable, and the
 embedded default ``sqlite:///data/agent.db``. Engines come from
-``agent.store.create_engine_for`` so migrations see the database exactly as
+``agent.store.database.create_engine_for`` so migrations see the database exactly as
 the agent does.
 """
 
@@ -20,8 +20,8 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from agent.models import Base, UTCDateTime
-from agent.store import DEFAULT_DATABASE_URL, create_engine_for, normalise_url
+from agent.store.database import DEFAULT_DATABASE_URL, create_engine_for, normalise_url
+from agent.store.tables import Base, UTCDateTime
 
 config = context.config
 

@@ -43,7 +43,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent.access import Refusal, refuse
 from agent.config import ConfigError
-from agent.models import MediaStreamToken, SeenWebhook
+from agent.store.tables import MediaStreamToken, SeenWebhook
 
 logger = logging.getLogger(__name__)
 

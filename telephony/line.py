@@ -47,7 +47,7 @@ class CallInfo:
     #: it, so nothing is resampled up only to be sent down again. None: the agent's
     #: configured rates.
     sample_rate: int | None = None
-    #: The campaign an outbound call was dialled for (``agent.dialer``).
+    #: The campaign an outbound call was dialled for (``agent.campaigns.dialer``).
     campaign: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from functools import cache
 
-from agent.simulate import CallerVoice
+from tools.simulate import CallerVoice
 
 
 @cache

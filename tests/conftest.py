@@ -17,13 +17,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import NullPool
 
-from agent.call import ModelEndpoints
 from agent.config import Settings
-from agent.embedded import ModelServers
-from agent.store import create_engine_for, normalise_url, upgrade
+from agent.pipeline.call import ModelEndpoints
+from agent.runtime.embedded import ModelServers
+from agent.store.database import create_engine_for, normalise_url, upgrade
 
 # ---------------------------------------------------------------------------
-# Databases (agent.store, agent.models, migrations/)
+# Databases (agent.store.database, agent.store.tables, migrations/)
 #
 # Every store test runs against SQLite and PostgreSQL. PostgreSQL tests get a
 # schema of their own (t_<random>), selected through the URL's search_path and
@@ -109,7 +109,7 @@ def db_engine(db_url: str) -> Iterator[Engine]:
 
 
 # ---------------------------------------------------------------------------
-# Calls (agent.call, agent.simulate, agent.server): the real CPU model servers,
+# Calls (agent.pipeline.call, tools.simulate, agent.server.app): the real CPU model servers,
 # started once per test run and shared by every test that holds a call.
 # ---------------------------------------------------------------------------
 
@@ -175,7 +175,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if sys.platform != "linux":
         return
-    from agent import smart_turn
+    from agent.pipeline import smart_turn
 
     smart_turn.shutdown()  # it lives as long as its process: here, the run's
     deadline = time.monotonic() + EXIT_GRACE_S

@@ -14,9 +14,9 @@ from sqlalchemy.orm import Session
 
 from agent.config import Settings
 from agent.console.users import Users
-from agent.models import Consumer, Debt, Phone
-from agent.runtime import AgentRuntime
-from agent.server import make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
+from agent.store.tables import Consumer, Debt, Phone
 
 #: username: (password, role); each test that needs people gets these.
 PEOPLE = {

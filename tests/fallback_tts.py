@@ -1,7 +1,7 @@
 """A local fake of Cartesia's TTS websocket (test helper only).
 
 It speaks the wire format of Cartesia's ``/tts/websocket`` as pipecat's client
-and ``agent.tts_fallback`` use it: a JSON generation request per
+and ``agent.pipeline.tts_fallback`` use it: a JSON generation request per
 ``context_id``; ``chunk`` messages with base64 PCM at the requested rate, then
 ``done``; ``error`` for a request it rejects. The audio is real PCM: a square
 wave of ``FALLBACK_LEVEL`` whose length grows with the text, so a test can tell

@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from agent.embedded import ServerProcess
+from agent.runtime.embedded import ServerProcess
 
 
 @contextmanager

@@ -21,10 +21,10 @@ from agent.access import Anonymous, Loopback, check_routes, guard, inventory, ru
 from agent.config import Settings
 from agent.console.auth import Roles
 from agent.console.users import Users
-from agent.models import Role
-from agent.runtime import AgentRuntime
-from agent.server import make_app
-from agent.supervisor import Supervisor
+from agent.runtime.context import AgentRuntime
+from agent.runtime.supervisor import Supervisor
+from agent.server.app import make_app
+from agent.store.tables import Role
 
 PASSWORD = "vT9#qLm2 ruck ozel pane"
 #: Sent with every request: the test client is on loopback, a real attacker is not.

@@ -45,7 +45,9 @@ from agent.console.auth import setup_auth
 from agent.console.context import CLOCK
 from agent.console.dashboard import add_dashboard
 from agent.console.users import Users
-from agent.models import (
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
+from agent.store.tables import (
     AuditEntry,
     Call,
     CallEvent,
@@ -54,8 +56,6 @@ from agent.models import (
     Promise,
     Turn,
 )
-from agent.runtime import AgentRuntime
-from agent.server import make_app
 from tests.console import PEOPLE, add_consumer
 
 #: The app's clock (``api``) and the data's, fixed: on the real clock the detail call (2 h

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.bench import baseline_section
+from tools.bench import baseline_section
 
 REPORT = """# Turn latency: CPU default and stub models
 

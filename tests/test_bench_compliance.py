@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
-from agent.bench_compliance import AudioPath, render, run_compliance_command, spread
-from agent.corpus import hold, load_corpus
-from agent.prompts import PromptSet
+from agent.conversation.prompts import PromptSet
+from tools.bench_compliance import AudioPath, render, run_compliance_command, spread
+from tools.corpus import hold, load_corpus
 
 PROMPTS = PromptSet.load("collections-v2")
 CORPUS = load_corpus()

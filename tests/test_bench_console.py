@@ -15,10 +15,10 @@ from sqlalchemy import func, select, text
 from sqlalchemy.pool import NullPool
 
 from agent.__main__ import _parser
-from agent.bench_console import run_calls_command
-from agent.models import Call
-from agent.store import create_engine_for
+from agent.store.database import create_engine_for
+from agent.store.tables import Call
 from tests.conftest import BACKENDS, postgres_test_url
+from tools.bench_console import run_calls_command
 
 CASES = [
     "newest page",

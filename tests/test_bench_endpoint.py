@@ -13,7 +13,8 @@ import numpy as np
 import onnxruntime
 import pytest
 
-from agent.bench_endpoint import (
+from agent.config import Settings
+from tools.bench_endpoint import (
     LEAD_S,
     Config,
     ConfigResult,
@@ -34,7 +35,6 @@ from agent.bench_endpoint import (
     split_clauses,
     table,
 )
-from agent.config import Settings
 
 RATE = 16000
 
@@ -222,7 +222,7 @@ def test_bad_command_line_values_are_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def voice():
-    from agent.simulate import CallerVoice
+    from tools.simulate import CallerVoice
 
     onnxruntime.set_seed(7)
     return CallerVoice(RATE)

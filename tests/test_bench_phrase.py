@@ -1,12 +1,12 @@
-"""The phrase-mode audit (``agent.bench_phrase``) against scripted LLM servers."""
+"""The phrase-mode audit (``tools.bench_phrase``) against scripted LLM servers."""
 
 from __future__ import annotations
 
 from aiohttp import web
 
-from agent.bench_phrase import phrase_audit, report_section
-from agent.scenarios import builtin_scenarios
+from agent.conversation.scenarios import builtin_scenarios
 from infra.stub_server import create_app
+from tools.bench_phrase import phrase_audit, report_section
 
 
 async def audit_with(reply: str):

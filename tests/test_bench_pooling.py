@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.bench_pooling import measure, run_pooling_bench, table
+from tools.bench_pooling import measure, run_pooling_bench, table
 
 
 async def test_every_client_transport_and_connection_mode_is_measured():

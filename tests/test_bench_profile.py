@@ -1,23 +1,23 @@
 """py-spy's samples summed by part of the per-frame path."""
 
-from agent.bench_profile import OTHER, SENDER, SMART_TURN, part_of, summarize, table
+from tools.bench_profile import OTHER, SENDER, SMART_TURN, part_of, summarize, table
 
-WORKER = 'process 100:"python -m agent.bench_sip --calls 8";'
-SPAWNED = 'process 100:"python -m agent.bench_sip";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
-SENDING = 'process 100:"python -m agent.bench_sip";process 102:"python -m telephony.rtp_sender 23";'
+WORKER = 'process 100:"python -m tools.bench_sip --calls 8";'
+SPAWNED = 'process 100:"python -m tools.bench_sip";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
+SENDING = 'process 100:"python -m tools.bench_sip";process 102:"python -m telephony.rtp_sender 23";'
 RAW = f"""\
 {WORKER}thread (1): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 500
 {WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);__input_frame_task_handler (pipecat/processors/frame_processor.py:1339);get (asyncio/queues.py:155) 30
 {WORKER}thread (1): MainThread;process_frame (pipecat/processors/audio/vad_processor.py:134);analyze_audio (pipecat/audio/vad/vad_analyzer.py:191) 20
-{WORKER}thread (1): MainThread;run_stt (agent/stt.py:333);send_frame (aiohttp/_websocket/writer.py:83) 10
-{WORKER}thread (1);run_stt (agent/stt.py:333) 10
+{WORKER}thread (1): MainThread;run_stt (agent/pipeline/stt.py:333);send_frame (aiohttp/_websocket/writer.py:83) 10
+{WORKER}thread (1);run_stt (agent/pipeline/stt.py:333) 10
 {WORKER}thread (3): ThreadPoolExecutor-0_0;_worker (concurrent/futures/thread.py:81);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 15
 {WORKER}thread (4): ThreadPoolExecutor-1_0;_worker (concurrent/futures/thread.py:81) 900
-{WORKER}thread (5): store-writer;_run (agent/store.py:300) 40
+{WORKER}thread (5): store-writer;_run (agent/store/database.py:300) 40
 {WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);_run (asyncio/events.py:80) 5
 {SENDING}thread (7): MainThread;run (telephony/rtp_sender.py:313);run_due (telephony/pacer.py:90);send_slot (telephony/rtp_sender.py:230) 25
 {SENDING}thread (7): MainThread;run (telephony/rtp_sender.py:307) 400
-{SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);_predict (agent/smart_turn.py:45);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 60
+{SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);_predict (agent/pipeline/smart_turn.py:45);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 60
 {SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);get (multiprocessing/queues.py:103) 70
 """  # noqa: E501
 
@@ -45,7 +45,10 @@ def test_an_idle_leaf_is_no_part() -> None:
 
 
 def test_a_command_with_a_line_break_is_one_sample() -> None:
-    raw = 'process 1:"python -c import x\nx.run()";thread (2): MainThread;f (agent/policy.py:1) 3\n'
+    raw = (
+        'process 1:"python -c import x\nx.run()";thread (2): MainThread;'
+        "f (agent/conversation/policy.py:1) 3\n"
+    )
     parts, total = summarize(raw)
     assert parts == {"policy, guard, turn reader": 3} and total == 3
 

@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from agent.bench_sip import (
+from telephony.rtp_sender import LatenessHistogram
+from tools.bench_sip import (
     ANSWER_SLACK_MS,
     Packets,
     Step,
@@ -19,7 +20,6 @@ from agent.bench_sip import (
     run_capacity_bench,
     run_sip_bench,
 )
-from telephony.rtp_sender import LatenessHistogram
 
 COLUMNS = (
     "transport",

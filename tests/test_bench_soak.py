@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from agent.bench_soak import (
+from telephony.rtp_sender import LatenessHistogram
+from tools.bench_soak import (
     CALL_S,
     FD_TOLERANCE,
     FIRST_S,
@@ -33,7 +34,6 @@ from agent.bench_soak import (
     run_soak_command,
     steady_rss,
 )
-from telephony.rtp_sender import LatenessHistogram
 
 
 def test_the_plan_is_the_seeds_and_starts_with_one_call_of_each_kind():

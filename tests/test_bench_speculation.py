@@ -5,7 +5,7 @@ every cell was measured and reported."""
 
 from __future__ import annotations
 
-from agent.bench_speculation import GAPS_MS, run_speculation_bench
+from tools.bench_speculation import GAPS_MS, run_speculation_bench
 
 
 def test_a_short_run_reports_every_gap_both_ways(tmp_path):

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from agent.models import Call
-from agent.store import create_engine_for, mark_abandoned_calls
+from agent.store.database import create_engine_for, mark_abandoned_calls
+from agent.store.tables import Call
 from tests.audio import silence_pcm, speech_pcm, words
 from tests.netns import network_namespace
 

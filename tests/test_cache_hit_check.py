@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.call import ModelEndpoints
+from agent.pipeline.call import ModelEndpoints
 from infra import cache_hit_check
 from infra.llm_server import MODEL_ALIAS
 

@@ -9,17 +9,17 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.call import Call
-from agent.models import Call as CallRow
-from agent.models import Debt
-from agent.portfolio import account_for, import_portfolio
-from agent.predial import DialRequest, check
-from agent.runtime import AgentRuntime
-from agent.scenarios import Scenario
-from agent.simulate import simulate_call
+from agent.campaigns.portfolio import account_for, import_portfolio
+from agent.campaigns.predial import DialRequest, check
+from agent.conversation.scenarios import Scenario
+from agent.pipeline.call import Call
+from agent.runtime.context import AgentRuntime
+from agent.store.tables import Call as CallRow
+from agent.store.tables import Debt
 from telephony.loopback import LoopbackTransport
 from tests.audio import speech_pcm
 from tests.conftest import settings_for
+from tools.simulate import simulate_call
 
 pytestmark = pytest.mark.models
 DATA = Path(__file__).resolve().parent / "data"
@@ -82,7 +82,7 @@ async def test_okay_said_over_the_mini_miranda_cuts_it_and_answers_nothing(cpu_m
     # Issue 17: "Okay." two seconds into the mini-Miranda, through real audio. It is
     # noted only once said again in full, "Okay." is no yes to a question never heard,
     # and the turn record keeps the reply as heard: cut.
-    from agent.scenarios import account_from
+    from agent.conversation.scenarios import account_from
 
     settings = settings_for(cpu_models, f"sqlite:///{tmp_path / 'agent.db'}")
     scenario = Scenario(
@@ -117,7 +117,7 @@ async def test_drop_audio_ends_one_kind_of_raw_audio_going_downstream_only():
     from pipecat.processors.frame_processor import FrameDirection
     from pipecat.tests.utils import run_test
 
-    from agent.call import DropAudio
+    from agent.pipeline.call import DropAudio
 
     audio = b"\0\0" * 160
     seen: list[type] = []

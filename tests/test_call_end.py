@@ -20,22 +20,29 @@ from pipecat.transports.base_transport import BaseTransport
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, selectinload
 
-import agent.call
-from agent.call import CALL_LIMIT, COST_ERROR, END_STEP_FAILED, LINE_FAILED, Call, CallSummary
+import agent.pipeline.call
+from agent.campaigns.portfolio import import_portfolio
 from agent.config import Settings
-from agent.dialogue import PolicyProcessor
-from agent.limits import MAX_DURATION, NEVER_CONNECTED, SILENCE
-from agent.models import Call as CallRow
-from agent.models import CallEvent
-from agent.policy import ConversationPolicy, Templates
-from agent.portfolio import import_portfolio
-from agent.recording import CallRecorder
-from agent.runtime import AgentRuntime
-from agent.scenarios import account_from
-from agent.simulate import portfolio_account
-from agent.turns import TurnLedger
+from agent.conversation.policy import ConversationPolicy, Templates
+from agent.conversation.scenarios import account_from
+from agent.pipeline.call import (
+    CALL_LIMIT,
+    COST_ERROR,
+    END_STEP_FAILED,
+    LINE_FAILED,
+    Call,
+    CallSummary,
+)
+from agent.pipeline.dialogue import PolicyProcessor
+from agent.pipeline.limits import MAX_DURATION, NEVER_CONNECTED, SILENCE
+from agent.pipeline.recording import CallRecorder
+from agent.pipeline.turns import TurnLedger
+from agent.runtime.context import AgentRuntime
+from agent.store.tables import Call as CallRow
+from agent.store.tables import CallEvent
 from telephony.livekit import LiveKitConfig, transport_for
 from telephony.loopback import LoopbackInputTransport, LoopbackTransport
+from tools.simulate import portfolio_account
 
 DATA = Path(__file__).resolve().parent / "data"
 #: Tuesday 10:00 in Seattle, the consumer's zone: the policy's and the gate's clock.
@@ -110,10 +117,10 @@ def fail(monkeypatch: pytest.MonkeyPatch, step: str, call: Call) -> None:
     target: tuple[Any, str, Any] = {
         "turns": (TurnLedger, "close", boom),
         "events": (PolicyProcessor, "report_events", report_until_the_end),
-        "cost": (agent.call, "price_call", boom),
+        "cost": (agent.pipeline.call, "price_call", boom),
         "recording": (CallRecorder, "store", boom),
-        "outcome": (agent.call, "CallOutcome", boom),
-        "gate": (agent.call, "record_call", boom),
+        "outcome": (agent.pipeline.call, "CallOutcome", boom),
+        "gate": (agent.pipeline.call, "record_call", boom),
     }[step]
     monkeypatch.setattr(*target)
 
@@ -122,13 +129,13 @@ def fail(monkeypatch: pytest.MonkeyPatch, step: str, call: Call) -> None:
 def gate_told(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The debts the pre-dial gate was told about (the real update runs too)."""
     told: list[int] = []
-    real = agent.call.record_call
+    real = agent.pipeline.call.record_call
 
     def spy(engine: Engine, debt_id: int, *args: Any, **kwargs: Any) -> list[str]:
         told.append(debt_id)
         return real(engine, debt_id, *args, **kwargs)
 
-    monkeypatch.setattr(agent.call, "record_call", spy)
+    monkeypatch.setattr(agent.pipeline.call, "record_call", spy)
     return told
 
 
@@ -188,7 +195,7 @@ async def test_a_call_whose_end_cannot_be_written_still_tells_the_gate(
         def unwritable(*_args: Any, **_kwargs: Any) -> Any:
             raise ValueError(SECRET)
 
-        monkeypatch.setattr(agent.call, "CallEnded", unwritable)
+        monkeypatch.setattr(agent.pipeline.call, "CallEnded", unwritable)
         policy = ConversationPolicy(account, Templates(ctx.prompts.templates), clock=lambda: NOW)
         line = LoopbackTransport(16000)
         call = Call(ctx, line, transport_name="loopback", policy=policy, number=number)

@@ -1,4 +1,4 @@
-"""Card digits read aloud and keyed (agent/card_guard.py, rule C11): what counts as card
+"""Card digits read aloud and keyed (agent/pipeline/card_guard.py, rule C11): what counts as card
 data, the guard in the pipeline (pipecat's own test harness), and keyed digits kept out
 of the logs and the pipeline."""
 
@@ -24,7 +24,10 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import run_test
 
 from agent import logs
-from agent.card_guard import (
+from agent.conversation.policy import ConversationPolicy, PolicyEvent, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.pipeline.card_guard import (
     CardDataHeardFrame,
     CardGuard,
     card_spans,
@@ -33,9 +36,6 @@ from agent.card_guard import (
     longest_digit_run,
     warning_for,
 )
-from agent.policy import ConversationPolicy, PolicyEvent, Templates
-from agent.prompts import PromptSet
-from agent.scenarios import account_from
 from telephony.rtp import RtpSession
 
 PROMPTS = PromptSet.load("collections-v2")
@@ -238,9 +238,10 @@ async def test_in_the_pipeline_the_recording_silences_what_the_guard_stopped(tmp
     from pipecat.frames.frames import InputAudioRawFrame
     from pipecat.pipeline.pipeline import Pipeline
 
-    from agent.call import DropAudio
-    from agent.policy import Stage
-    from agent.recording import CallRecorder, FileStore
+    from agent.conversation.policy import Stage
+    from agent.pipeline.call import DropAudio
+    from agent.pipeline.recording import CallRecorder
+    from agent.store.recordings import FileStore
 
     @dataclass
     class Policy:  # what the recorder reads of the policy

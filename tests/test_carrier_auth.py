@@ -27,8 +27,8 @@ from sqlalchemy.orm import Session
 from agent.access import check_routes, rules_of
 from agent.config import ConfigError, Settings
 from agent.console.context import ENGINE
-from agent.models import MediaStreamToken, SeenWebhook
-from agent.store import create_engine_for
+from agent.store.database import create_engine_for
+from agent.store.tables import MediaStreamToken, SeenWebhook
 from telephony.carrier_auth import (
     MAX_AGE_S,
     MAX_AHEAD_S,

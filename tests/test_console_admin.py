@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from agent.models import AuditEntry, User
+from agent.store.tables import AuditEntry, User
 from tests.console import PEOPLE, console_client, hidden, log_in
 
 

@@ -22,7 +22,7 @@ from agent.console.auth import Handler, require_role, setup_auth
 from agent.console.context import current_user
 from agent.console.csrf import csrf_token
 from agent.console.users import Account, Users
-from agent.models import AuditEntry, Role
+from agent.store.tables import AuditEntry, Role
 
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 PASSWORD = "correct horse battery"

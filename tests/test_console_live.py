@@ -14,8 +14,8 @@ from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
 from agent.console import live as live_module
-from agent.live import CALLS, LiveCall
-from agent.models import Call
+from agent.pipeline.live import CALLS, LiveCall
+from agent.store.tables import Call
 from tests.console import console_client, log_in
 
 NOW = dt.datetime.now(dt.UTC).replace(microsecond=0)

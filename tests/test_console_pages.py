@@ -25,7 +25,9 @@ from agent.config import Settings
 from agent.console.context import CLOCK
 from agent.console.pages import CallFilter, find_calls
 from agent.console.users import Users
-from agent.models import (
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
+from agent.store.tables import (
     AuditEntry,
     Call,
     CallEvent,
@@ -35,8 +37,6 @@ from agent.models import (
     Promise,
     Turn,
 )
-from agent.runtime import AgentRuntime
-from agent.server import make_app
 from tests.console import add_consumer
 
 PASSWORD = "a long operator password"

@@ -1,5 +1,5 @@
-"""The adversarial corpus (``agent/scenarios/corpus/``): every script holds at text level,
-and what the callers said reaches the pre-dial gate, on SQLite and PostgreSQL."""
+"""The adversarial corpus (``agent/conversation/scripts/corpus/``): every script holds at text
+level, and what the callers said reaches the pre-dial gate, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from agent.corpus import STAGE_PREFIXES, CorpusScript, hold, load_corpus, load_family
-from agent.models import ConsentSource, Debt, Phone
-from agent.portfolio import import_portfolio
-from agent.predial import DialRequest, check, record_call
-from agent.prompts import PromptSet
-from agent.scenarios import ScriptError
+from agent.campaigns.portfolio import import_portfolio
+from agent.campaigns.predial import DialRequest, check, record_call
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import ScriptError
+from agent.store.tables import ConsentSource, Debt, Phone
+from tools.corpus import STAGE_PREFIXES, CorpusScript, hold, load_corpus, load_family
 
 PROMPTS = PromptSet.load("collections-v2")
 CORPUS = load_corpus()

@@ -21,8 +21,8 @@ from agent.console import kpis
 from agent.console.auth import setup_auth
 from agent.console.dashboard import add_dashboard, parse_range
 from agent.console.users import Users
-from agent.latency import LEGACY_DEFINITION
-from agent.models import Call, Consumer, CostLine, Debt, Promise, Turn
+from agent.ledger.latency import LEGACY_DEFINITION
+from agent.store.tables import Call, Consumer, CostLine, Debt, Promise, Turn
 
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 PASSWORD = "correct horse battery"
@@ -97,7 +97,7 @@ def seed(engine: Engine) -> None:
         cost(d, "telephony", 0.01)
         cost(d, "tts", 0.01)
         d.turns.append(Turn(number=0, response_ms=500, voice_to_voice_ms=None))
-        # stored before agent.latency's definitions: its response ran from the commit
+        # stored before agent.ledger.latency's definitions: its response ran from the commit
         d.turns.append(
             Turn(
                 number=1,
@@ -252,14 +252,14 @@ async def test_the_owner_sees_the_charts_the_target_lines_and_the_tiles(client: 
     assert 'target("voice-to-voice target "' in page
     assert "target $0.0400/min" in page and "response target 300 ms" in page
     assert "voice-to-voice target 600 ms" in page
-    # each figure's definition, from agent.latency, beside the chart
+    # each figure's definition, from agent.ledger.latency, beside the chart
     definitions = re.search(r'<p class="note" id="latency-definitions">(.*?)</p>', page, re.S)
     assert definitions and "(VAD stop)" in definitions.group(1)
     # The tables stand without the chart: the figures are in the HTML itself.
     assert "<td>2026-12-01</td><td>3</td><td>4.0</td><td>$0.0800</td><td>$0.0200</td>" in page
     assert 'data-kpi="right_party_contact_rate"' in page and "66.7%" in page
     assert "no payment data" in page
-    # The planner's choice (agent/profiles/) beside what was measured.
+    # The planner's choice (agent/ledger/profiles/) beside what was measured.
     planned = re.search(r'<p class="note" id="planned">(.*?)</p>', page, re.S)
     assert planned and "Predicted response p95" in planned.group(1)
     assert "measured over this range: response p95" in planned.group(1)

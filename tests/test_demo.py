@@ -1,4 +1,4 @@
-"""Demo data (agent/demo.py): calls made by the real policy, gate, store and price book.
+"""Demo data (tools/demo.py): calls made by the real policy, gate, store and price book.
 
 The unit tests inject a fixed set of measured turns (``FAKE_LATENCIES``), so every
 latency a demo turn carries can be traced back to one of them; the last test makes
@@ -20,7 +20,16 @@ from sqlalchemy.orm import Session, selectinload
 
 from agent.config import Settings
 from agent.console.pages import load_queues
-from agent.demo import (
+from agent.conversation.policy import Account
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import builtin_scenarios
+from agent.ledger.latency import LEGACY_DEFINITION
+from agent.ledger.pricebook import CallUsage, PriceBook, price_call
+from agent.ledger.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
+from agent.store.database import StoreWriter, create_engine_for, upgrade
+from agent.store.tables import Call, Consumer, ContactAttempt, Promise
+from tests.conftest import settings_for
+from tools.demo import (
     AUDIO_PREFIX,
     DEMO_PREFIX,
     LATENCY_PARTS,
@@ -37,15 +46,6 @@ from agent.demo import (
     portfolio_rows,
     run_demo,
 )
-from agent.latency import LEGACY_DEFINITION
-from agent.models import Call, Consumer, ContactAttempt, Promise
-from agent.policy import Account
-from agent.pricebook import CallUsage, PriceBook, price_call
-from agent.prompts import PromptSet
-from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
-from agent.scenarios import builtin_scenarios
-from agent.store import StoreWriter, create_engine_for, upgrade
-from tests.conftest import settings_for
 
 PROMPTS = PromptSet.load("collections-v2")
 NOW = dt.datetime(2026, 11, 20, 17, 30, tzinfo=dt.UTC)

@@ -511,9 +511,9 @@ def test_workers_report_capacity_drain_on_stop_and_scale_on_live_calls(overlay: 
     assert agent["livenessProbe"]["httpGet"]["path"] == "/health"
     assert agent["startupProbe"]["httpGet"]["path"] == "/health"
     assert agent["readinessProbe"]["httpGet"]["path"] == "/ready"
-    assert {"/health", "/ready", "/drain"} <= routes("agent/server.py")
+    assert {"/health", "/ready", "/drain"} <= routes("agent/server/app.py")
     # preStop: POST /drain on the loopback, waiting up to DRAIN_TIMEOUT_S; the SIGTERM after it
-    # keeps that deadline (agent.live.LiveCalls.drain), then ends the rest and flushes: the
+    # keeps that deadline (agent.pipeline.live.LiveCalls.drain), then ends the rest and flushes: the
     # grace period covers the drain and the flush.
     command = agent["lifecycle"]["preStop"]["exec"]["command"]
     assert command[:2] == ["python", "-c"]
@@ -523,7 +523,8 @@ def test_workers_report_capacity_drain_on_stop_and_scale_on_live_calls(overlay: 
     assert "DRAIN_TIMEOUT_S" in code and "PORT" in code
     drain_s = float(config["DRAIN_TIMEOUT_S"])
     assert pod["terminationGracePeriodSeconds"] >= drain_s + 20
-    # The HPA: on the live-calls gauge agent/metrics.py exports, below each worker's capacity.
+    # The HPA: on the live-calls gauge agent/server/metrics.py exports, below each worker's
+    # capacity.
     hpa = find(resources, "HorizontalPodAutoscaler", "agent")
     assert hpa["spec"]["scaleTargetRef"] == {
         "apiVersion": "apps/v1",
@@ -538,7 +539,7 @@ def test_workers_report_capacity_drain_on_stop_and_scale_on_live_calls(overlay: 
     annotations = deployment["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == str(port)
     assert annotations["prometheus.io/path"] == "/metrics"
-    assert "/metrics" in routes("agent/metrics.py")
+    assert "/metrics" in routes("agent/server/metrics.py")
     assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= drain_s
 
 
@@ -586,8 +587,8 @@ async def test_the_prestop_hook_drains_through_post_drain(tmp_path: Path) -> Non
 
 
 def live_calls_gauges() -> set[str]:
-    """The names of the gauges agent/metrics.py exports."""
-    from agent.metrics import Metrics
+    """The names of the gauges agent/server/metrics.py exports."""
+    from agent.server.metrics import Metrics
 
     families = Metrics(lambda: 0).registry.collect()
     return {family.name for family in families if family.type == "gauge"}
@@ -887,8 +888,8 @@ def test_the_dockerignore_keeps_secrets_and_local_state_out() -> None:
     for path in (".env", ".git/config", ".venv/bin/python", "data/agent.db", "x/__pycache__/y"):
         assert ignored(path), path
     # The image vendors Chart.js itself (the vendor stage), never a local copy.
-    assert ignored("agent/web/vendor/chart.umd.min.js")
-    for path in ("agent/server.py", "infra/kamailio/kamailio.cfg", "migrations/env.py"):
+    assert ignored("agent/server/web/vendor/chart.umd.min.js")
+    for path in ("agent/server/app.py", "infra/kamailio/kamailio.cfg", "migrations/env.py"):
         assert not ignored(path), path
 
 
@@ -962,10 +963,11 @@ def test_the_agent_image_installs_as_the_makefile_does(tmp_path: Path) -> None:
 
 
 def test_the_agent_image_carries_the_planners_profiles() -> None:
-    """The console's dashboard plans from agent/profiles/*.json (package data): the build stage
-    copies agent/ into the editable install's /app, and .dockerignore keeps none of them out."""
-    profiles = sorted((ROOT / "agent" / "profiles").glob("*.json"))
-    assert profiles, "agent/profiles/*.json: the planner's profiles are missing"
+    """The console's dashboard plans from agent/ledger/profiles/*.json (package data): the build
+    stage copies agent/ into the editable install's /app, and .dockerignore keeps none of them
+    out."""
+    profiles = sorted((ROOT / "agent" / "ledger" / "profiles").glob("*.json"))
+    assert profiles, "agent/ledger/profiles/*.json: the planner's profiles are missing"
     for profile in profiles:
         relative = profile.relative_to(ROOT).as_posix()
         assert not ignored(relative), f"{relative} is in .dockerignore"

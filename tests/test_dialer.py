@@ -1,6 +1,7 @@
-"""agent.dialer against a real trunk (sipp as the UAS) and the real gate, on SQLite and PostgreSQL.
+"""agent.campaigns.dialer against a real trunk (sipp as the UAS) and the real gate, on SQLite and
+PostgreSQL.
 
-Every dial is cleared by ``agent.predial`` on the demo portfolio at a fixed time
+Every dial is cleared by ``agent.campaigns.predial`` on the demo portfolio at a fixed time
 (``T``); what the trunk received is read back from sipp's message log, so "not
 dialed" means sipp saw no INVITE. Pacing runs on a virtual clock: no assertion
 here depends on how fast the machine is.
@@ -27,10 +28,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from agent.config import Settings
-from agent.console.audit import BY_CODE
-from agent.console.tokens import Tokens
-from agent.dialer import (
+from agent.campaigns.dialer import (
     Campaign,
     CampaignError,
     Conversation,
@@ -39,13 +37,16 @@ from agent.dialer import (
     load_campaign,
     read_campaign,
 )
-from agent.embedded import ModelServers
-from agent.models import Call, CallEvent, ContactAttempt, Debt
-from agent.policy import Account
-from agent.portfolio import import_portfolio
-from agent.runtime import AgentRuntime
-from agent.server import converse, make_app
-from agent.store import create_engine_for, upgrade
+from agent.campaigns.portfolio import import_portfolio
+from agent.config import Settings
+from agent.console.audit import BY_CODE
+from agent.console.tokens import Tokens
+from agent.conversation.policy import Account
+from agent.runtime.context import AgentRuntime
+from agent.runtime.embedded import ModelServers
+from agent.server.app import converse, make_app
+from agent.store.database import create_engine_for, upgrade
+from agent.store.tables import Call, CallEvent, ContactAttempt, Debt
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import DialResult, SipCall, SipEndpoint
 from tests.test_sipp import free_udp_port

@@ -23,20 +23,20 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
-import agent.llm
-from agent.dialogue import (
+import agent.pipeline.llm
+from agent.conversation.policy import TOOLS, ConversationPolicy, PolicyEvent, Stage, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.pipeline.dialogue import (
     GuardProcessor,
     PhraseRequestFrame,
     PolicyProcessor,
     TemplateTextFrame,
 )
-from agent.llm import ChatCompletionsLLMService
-from agent.phrasing import Phrasing
-from agent.policy import TOOLS, ConversationPolicy, PolicyEvent, Stage, Templates
-from agent.prompts import PromptSet
-from agent.scenarios import account_from
-from agent.sessions import ServiceSessions
-from agent.speculation import Speculation
+from agent.pipeline.http_pools import ServiceSessions
+from agent.pipeline.llm import ChatCompletionsLLMService
+from agent.pipeline.phrasing import Phrasing
+from agent.pipeline.speculation import Speculation
 
 PROMPTS = PromptSet.load("collections-v2")
 
@@ -468,9 +468,9 @@ async def through_the_openai_service(
     events: list[PolicyEvent] | None = None,
 ):
     """Caller turns (``(seconds after the previous one, words)``) through PolicyProcessor,
-    the real LLM service on a loopback server and the guard, as agent.call builds them:
+    the real LLM service on a loopback server and the guard, as agent.pipeline.call builds them:
     what was heard, in seconds from the first turn, the phrasing and the LLM service.
-    With ``ahead``, those words are heard by the STT (``agent.speculation``) 0.05 s in;
+    With ``ahead``, those words are heard by the STT (``agent.pipeline.speculation``) 0.05 s in;
     the LLM service's events go to ``events``."""
     app = web.Application()
     app.router.add_post("/v1/chat/completions", server_llm)
@@ -581,7 +581,7 @@ async def test_a_request_past_its_deadline_is_given_up_and_the_next_turn_waits_o
 
 
 async def test_a_stream_gone_quiet_after_its_first_words_is_given_up_as_stalled(monkeypatch):
-    monkeypatch.setattr(agent.llm, "STALL_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(agent.pipeline.llm, "STALL_TIMEOUT_S", 0.3)
     llm = StreamingLLM(PHRASED[0], PHRASED[1], first_s=0.05, between_s=2.0)
     events: list[PolicyEvent] = []
     heard, _, _ = await through_the_openai_service(llm, 0.2, (0, OFFER), wait_s=1.0, events=events)

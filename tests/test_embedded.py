@@ -12,8 +12,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agent import embedded
-from agent.embedded import ModelServers, ServerProcess, ServerStartError
+from agent.runtime import embedded
+from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,7 +108,7 @@ async def test_one_failing_server_stops_the_others(
 
 def test_children_die_with_their_parent(tmp_path: Path) -> None:
     script = (
-        "import time; from pathlib import Path; from agent.embedded import ServerProcess;"
+        "import time; from pathlib import Path; from agent.runtime.embedded import ServerProcess;"
         f" s = ServerProcess.launch('stub', 'infra.stub_server', log_dir=Path({str(tmp_path)!r}));"
         " print(s.process.pid, flush=True); time.sleep(120)"
     )

@@ -39,17 +39,17 @@ from aiohttp import web
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-import agent.llm
-import agent.stt
-from agent.call import Call, CallContext, CallSummary, ModelEndpoints
-from agent.embedded import ServerProcess, free_port
-from agent.models import Call as CallRow
-from agent.models import CallEvent, CallStatus
-from agent.policy import ConversationPolicy, Templates
-from agent.prompts import PromptSet
-from agent.runtime import AgentRuntime
-from agent.scenarios import account_from
-from agent.stt import STT_UNAVAILABLE
+import agent.pipeline.llm
+import agent.pipeline.stt
+from agent.conversation.policy import ConversationPolicy, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.pipeline.call import Call, CallContext, CallSummary, ModelEndpoints
+from agent.pipeline.stt import STT_UNAVAILABLE
+from agent.runtime.context import AgentRuntime
+from agent.runtime.embedded import ServerProcess, free_port
+from agent.store.tables import Call as CallRow
+from agent.store.tables import CallEvent, CallStatus
 from telephony.loopback import CallerEnd, LoopbackTransport
 from tests.audio import speech_pcm
 from tests.conftest import settings_for
@@ -260,8 +260,8 @@ async def test_stt_killed_while_the_caller_speaks_holds_reconnects_and_asks_agai
     tmp_path: Path, yes: bytes, long_yes: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The restarted server may take a few seconds to come up on a loaded machine: wait longer.
-    monkeypatch.setattr(agent.stt, "RECONNECT_DELAYS_S", (0.0, *[0.5] * 40))
-    monkeypatch.setattr(agent.stt, "RECONNECT_BUDGET_S", 30.0)
+    monkeypatch.setattr(agent.pipeline.stt, "RECONNECT_DELAYS_S", (0.0, *[0.5] * 40))
+    monkeypatch.setattr(agent.pipeline.stt, "RECONNECT_BUDGET_S", 30.0)
     async with (
         asyncio.timeout(LIMIT_S),
         speaker() as (voice, tts),
@@ -333,8 +333,12 @@ async def test_stt_killed_for_good_ends_the_call_cleanly_and_says_why(
     kinds = [kind for kind, _ in events]
     assert kinds.index("stt_lost") < kinds.index("stt_unavailable")
     assert dict(events)["stt_lost"]["caller_speaking"] is False
-    assert dict(events)["stt_unavailable"]["attempts"] == len(agent.stt.RECONNECT_DELAYS_S)
-    assert any("ending the call" in r.getMessage() for r in caplog.records if r.name == "agent.stt")
+    assert dict(events)["stt_unavailable"]["attempts"] == len(agent.pipeline.stt.RECONNECT_DELAYS_S)
+    assert any(
+        "ending the call" in r.getMessage()
+        for r in caplog.records
+        if r.name == "agent.pipeline.stt"
+    )
 
 
 # -- the LLM server dies ---------------------------------------------------------------
@@ -362,7 +366,7 @@ async def test_llm_gone_the_policy_speaks_its_own_text(
                 await c.turn(yes)  # the counter-offer: the LLM phrases it, in phrase mode
                 phrased = voice.said(before)
                 kill(s["llm"], sig)
-                with caplog.at_level(logging.INFO, logger="agent.llm"):
+                with caplog.at_level(logging.INFO, logger="agent.pipeline.llm"):
                     answers = []
                     for _ in range(2):
                         before = len(voice.texts)
@@ -377,7 +381,9 @@ async def test_llm_gone_the_policy_speaks_its_own_text(
         assert phrased == COUNTER
     assert answers == [COUNTER, COUNTER]
     unavailable = [d for kind, d in events if kind == "llm_unavailable"]
-    warnings = [r for r in caplog.records if r.name == "agent.llm" and r.levelno >= logging.WARNING]
+    warnings = [
+        r for r in caplog.records if r.name == "agent.pipeline.llm" and r.levelno >= logging.WARNING
+    ]
     if mode == "templates":
         assert unavailable == [] and warnings == []  # the LLM is never asked
     else:
@@ -430,7 +436,7 @@ async def test_llm_hanging_after_its_headers_is_given_up_each_turn_and_recorded_
                 env = settings(models, tmp_path, LLM_MODE="phrase")
                 async with AgentRuntime(env) as ctx, held_call(ctx, voice) as c:
                     await c.turn(yes)
-                    for _ in range(agent.llm.LATE_ANSWERS_FOR_OUTAGE):
+                    for _ in range(agent.pipeline.llm.LATE_ANSWERS_FOR_OUTAGE):
                         before = len(voice.texts)
                         await c.turn(yes)  # phrased by the LLM, which hangs
                         answers.append(voice.said(before))
@@ -438,7 +444,7 @@ async def test_llm_hanging_after_its_headers_is_given_up_each_turn_and_recorded_
                 _, events = stored(ctx, call_id)
     finally:
         await llm.stop(grace=2)
-    assert answers == [COUNTER] * agent.llm.LATE_ANSWERS_FOR_OUTAGE
+    assert answers == [COUNTER] * agent.pipeline.llm.LATE_ANSWERS_FOR_OUTAGE
     [unavailable] = [d for kind, d in events if kind == "llm_unavailable"]
     assert "came too late" in unavailable["reason"]
 
@@ -599,4 +605,4 @@ async def test_postgres_restarting_mid_call_loses_nothing(
     assert kinds[0] in ("ai_disclosure", "greeting") and "greeting" in kinds
     # The writer saw the database go away and kept retrying (logged), then wrote it all.
     retries = [r for r in caplog.records if "database unavailable" in r.getMessage()]
-    assert retries and all(r.name == "agent.store" for r in retries)
+    assert retries and all(r.name == "agent.store.database" for r in retries)

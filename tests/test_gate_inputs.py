@@ -19,20 +19,18 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
-from agent.call import Call, CallSummary
-from agent.config import Settings
-from agent.models import Consumer, Debt, Phone
-from agent.policy import ConversationPolicy
-from agent.portfolio import (
+from agent.campaigns.portfolio import (
     UNMATCHED_CALLER,
     account_for,
     caller_e164,
     import_portfolio,
     match_caller,
 )
-from agent.predial import DialRequest, check, record_call
-from agent.prompts import PromptSet
-from agent.scenarios import (
+from agent.campaigns.predial import DialRequest, check, record_call
+from agent.config import Settings
+from agent.conversation.policy import ConversationPolicy
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import (
     DEMO_ACCOUNT,
     Scenario,
     account_from,
@@ -40,15 +38,17 @@ from agent.scenarios import (
     load_script,
     outcome_of,
 )
-from agent.server import inbound_account
-from agent.simulate import (
+from agent.pipeline.call import Call, CallSummary
+from agent.server.app import inbound_account
+from agent.store.tables import Consumer, Debt, Phone
+from telephony.line import CallInfo
+from tools.simulate import (
     GATE_NOT_CONSULTED,
     SimulatedCall,
     consult_gate,
     portfolio_account,
     print_call,
 )
-from telephony.line import CallInfo
 
 DATA = Path(__file__).resolve().parent / "data"
 SEATTLE = ZoneInfo("America/Los_Angeles")

@@ -1,4 +1,5 @@
-"""agent.guard: per in-call rule, sentences that must be blocked and near misses that pass."""
+"""agent.conversation.guard: per in-call rule, sentences that must be blocked and near misses
+that pass."""
 
 from __future__ import annotations
 
@@ -6,8 +7,14 @@ import dataclasses
 
 import pytest
 
-from agent.guard import GuardContext, Instruction, OutputGuard, Verdict, extract_figures
-from agent.scenarios import account_from
+from agent.conversation.guard import (
+    GuardContext,
+    Instruction,
+    OutputGuard,
+    Verdict,
+    extract_figures,
+)
+from agent.conversation.scenarios import account_from
 
 # Balance $1,200; settlements from $840 (30 % off); at least $50 a month; at most 12 months.
 VERIFIED = GuardContext(

@@ -27,12 +27,19 @@ from pipecat.frames.frames import LLMFullResponseEndFrame, LLMFullResponseStartF
 from pipecat.tests.utils import run_test
 
 from agent.config import Settings
-from agent.dialogue import GuardProcessor, PhraseRequestFrame
-from agent.guard import GuardContext, Instruction, OutputGuard, extract_figures
-from agent.phrasing import Phrasing
-from agent.policy import PHRASEABLE, Account, ConversationPolicy, Reply, Templates, dollars
-from agent.prompts import PromptSet
-from agent.scenarios import account_from
+from agent.conversation.guard import GuardContext, Instruction, OutputGuard, extract_figures
+from agent.conversation.policy import (
+    PHRASEABLE,
+    Account,
+    ConversationPolicy,
+    Reply,
+    Templates,
+    dollars,
+)
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.pipeline.dialogue import GuardProcessor, PhraseRequestFrame
+from agent.pipeline.phrasing import Phrasing
 
 PROMPTS = PromptSet.load(Settings.from_env({}).prompt_version)
 TEMPLATES = PROMPTS.templates

@@ -1,4 +1,5 @@
-"""Security headers on every response, and parameters no route could use refused (agent.hygiene).
+"""Security headers on every response, and parameters no route could use refused
+(agent.server.hygiene).
 
 The walk reads the worker's routes from the app itself, so a route added tomorrow is
 walked too: each path parameter and query gets a NUL and an oversized value, logged in
@@ -21,10 +22,17 @@ from aiohttp.test_utils import TestClient, TestServer
 from agent.config import Settings
 from agent.console.nav import home
 from agent.console.users import Users
-from agent.hygiene import CSP, HSTS, MAX_QUERY_VALUE, MAX_SEGMENT, add_security, refuse_unusable
-from agent.models import Role
-from agent.runtime import AgentRuntime
-from agent.server import make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
+from agent.server.hygiene import (
+    CSP,
+    HSTS,
+    MAX_QUERY_VALUE,
+    MAX_SEGMENT,
+    add_security,
+    refuse_unusable,
+)
+from agent.store.tables import Role
 from tests.console import PEOPLE, hidden
 from tests.test_access import EVERY_WAY_IN
 
@@ -99,7 +107,7 @@ def test_the_default_policy_lets_the_call_page_work_and_nothing_frame_it() -> No
     assert policy["frame-ancestors"] == "'none'"
     assert policy["script-src"] == "'self'"  # /static/call.js, no inline script
     assert policy["connect-src"] == "'self'"  # fetch("/api/offer"), the transcript's events
-    page = (Path(__file__).parent.parent / "agent" / "web" / "index.html").read_text()
+    page = (Path(__file__).parent.parent / "agent" / "server" / "web" / "index.html").read_text()
     assert re.findall(r"<script\b[^>]*>", page) == ['<script src="/static/call.js">']
     assert "<style>" in page and "'unsafe-inline'" in policy["style-src"]
 

@@ -1,4 +1,4 @@
-"""agent.limits: which limit a call has passed, on a clock the test moves."""
+"""agent.pipeline.limits: which limit a call has passed, on a clock the test moves."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 
 from agent.config import ConfigError, Settings
-from agent.limits import MAX_DURATION, NEVER_CONNECTED, SILENCE, Limits, LimitWatch
+from agent.pipeline.limits import MAX_DURATION, NEVER_CONNECTED, SILENCE, Limits, LimitWatch
 
 LIMITS = Limits(connect_s=10.0, call_s=1800.0, silence_s=60.0)
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.live import LiveCall, LiveCalls
+from agent.pipeline.live import LiveCall, LiveCalls
 from telephony.line import LineBusy
 
 

@@ -20,8 +20,8 @@ from agent.config import Settings
 from agent.console.audit import BY_CODE
 from agent.console.context import CLOCK, ENGINE, utc_now
 from agent.console.tokens import Tokens
-from agent.runtime import AgentRuntime
-from agent.server import make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
 from telephony.livekit import (
     AGENT_IDENTITY,
     LiveKitConfig,

@@ -5,8 +5,8 @@ import asyncio
 import pytest
 from pipecat.processors.aggregators.llm_context import LLMContext
 
-from agent.llm import ChatCompletionsLLMService, request_key
-from agent.sessions import ServiceSessions
+from agent.pipeline.http_pools import ServiceSessions
+from agent.pipeline.llm import ChatCompletionsLLMService, request_key
 
 
 def service() -> ChatCompletionsLLMService:

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from openai.types.chat import ChatCompletionMessageParam
 
-from agent.call import ModelEndpoints
+from agent.pipeline.call import ModelEndpoints
 from infra.llm_server import MODEL_ALIAS, create_app, gemma_model_file
 
 pytestmark = pytest.mark.models

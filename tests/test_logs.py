@@ -34,7 +34,7 @@ def configured(capsys: pytest.CaptureFixture[str]):
 async def _a_call(call_id: str) -> None:
     token = logs.CALL_ID.set(call_id)
     try:
-        logging.getLogger("agent.call").info("started")
+        logging.getLogger("agent.pipeline.call").info("started")
         # Tasks made on the call's behalf inherit its id.
         await asyncio.create_task(_in_a_child())
     finally:
@@ -48,11 +48,11 @@ async def _in_a_child() -> None:
 async def test_text_lines_carry_the_call_id(configured, capsys) -> None:
     configured("text")
     await _a_call("c0ffee")
-    logging.getLogger("agent.server").info("outside")
+    logging.getLogger("agent.server.app").info("outside")
     err = capsys.readouterr().err.splitlines()
-    assert any("agent.call [c0ffee]: started" in line for line in err)
+    assert any("agent.pipeline.call [c0ffee]: started" in line for line in err)
     assert any("WARNING" in line and "[c0ffee]: pipecat says" in line for line in err)
-    assert any("agent.server [-]: outside" in line for line in err)
+    assert any("agent.server.app [-]: outside" in line for line in err)
 
 
 async def test_json_lines_are_one_object_each(configured, capsys) -> None:
@@ -61,7 +61,7 @@ async def test_json_lines_are_one_object_each(configured, capsys) -> None:
     try:
         raise RuntimeError("boom")
     except RuntimeError:
-        logging.getLogger("agent.store").exception("failed")
+        logging.getLogger("agent.store.database").exception("failed")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
     started, pipecat, failed = lines
     assert started["call_id"] == "c0ffee" and started["message"] == "started"

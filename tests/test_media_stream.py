@@ -25,9 +25,9 @@ from sqlalchemy.orm import Session
 
 from agent.config import Settings
 from agent.console.context import ENGINE
-from agent.models import Call as CallRow
-from agent.runtime import AgentRuntime
-from agent.server import make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
+from agent.store.tables import Call as CallRow
 from telephony.media_stream import (
     POLICY_VIOLATION,
     CarrierCredentials,

@@ -11,13 +11,13 @@ from aiohttp.typedefs import Handler
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine
 
-from agent.call import CallSummary
 from agent.console.audit import BY_CODE
 from agent.console.context import CLOCK, ENGINE, utc_now
 from agent.console.tokens import Tokens
-from agent.metrics import add_metrics, observe_call
-from agent.pricebook import CallCost, CostLineItem
-from agent.records import TurnRecord
+from agent.ledger.pricebook import CallCost, CostLineItem
+from agent.ledger.records import TurnRecord
+from agent.pipeline.call import CallSummary
+from agent.server.metrics import add_metrics, observe_call
 
 Client = TestClient[web.Request, web.Application]
 
@@ -126,8 +126,8 @@ def test_observing_without_metrics_does_nothing() -> None:
 
 
 def test_the_live_calls_default_reads_the_servers_calls() -> None:
-    from agent.live import CALLS, LiveCalls
-    from agent.metrics import METRICS
+    from agent.pipeline.live import CALLS, LiveCalls
+    from agent.server.metrics import METRICS
 
     app = web.Application()
     app[CALLS] = LiveCalls()

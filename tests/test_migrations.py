@@ -12,9 +12,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.orm import Session
 
-from agent.latency import DEFINITION, LEGACY_DEFINITION
-from agent.models import Base, Turn
-from agent.store import alembic_config, create_engine_for
+from agent.ledger.latency import DEFINITION, LEGACY_DEFINITION
+from agent.store.database import alembic_config, create_engine_for
+from agent.store.tables import Base, Turn
 
 TABLES = {
     "calls",

@@ -1,4 +1,4 @@
-"""agent.models on SQLite and PostgreSQL: what the schema promises the console."""
+"""agent.store.tables on SQLite and PostgreSQL: what the schema promises the console."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from sqlalchemy import Engine, delete, func, select
 from sqlalchemy.exc import IntegrityError, StatementError
 from sqlalchemy.orm import Session
 
-from agent.models import (
+from agent.store.tables import (
     Call,
     CallEvent,
     CallStatus,

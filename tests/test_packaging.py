@@ -4,8 +4,8 @@
   ``test`` extra, ``make lint`` the ``lint`` one (read from ``make -n`` in a copy of the Makefile
   where no stamp exists yet: nothing is installed). After ``make test``, ``make run`` installs
   nothing: tests/test_browser.py runs it inside a network namespace without a network.
-- The planner's stage profiles (agent/profiles/*.json), which the console's dashboard reads at
-  run time, are package data: importlib.resources finds them, and a wheel built from the
+- The planner's stage profiles (agent/ledger/profiles/*.json), which the console's dashboard
+  reads at run time, are package data: importlib.resources finds them, and a wheel built from the
   sources holds them.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import plan as planner
+from agent.ledger import plan as planner
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -109,7 +109,7 @@ def test_after_make_test_make_run_installs_nothing(fresh_checkout: Path) -> None
     """tests/test_browser.py runs `make run` without a network: the test stamp implies run's."""
     venv = fresh_checkout / ".venv"
     venv.mkdir()
-    vendor = fresh_checkout / "agent" / "web" / "vendor" / "chart.umd.min.js"
+    vendor = fresh_checkout / "agent" / "server" / "web" / "vendor" / "chart.umd.min.js"
     vendor.parent.mkdir(parents=True)
     vendor.write_text("")
     installed = (fresh_checkout / "pyproject.toml").stat().st_mtime + 10
@@ -124,13 +124,15 @@ def test_after_make_test_make_run_installs_nothing(fresh_checkout: Path) -> None
 
 
 def test_the_planners_profiles_are_package_data() -> None:
-    shipped = importlib.resources.files("agent") / "profiles"
+    shipped = importlib.resources.files("agent.ledger") / "profiles"
     names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".json"))
     assert {"declared.json", "stt.json", "turn-cpu.json"} <= set(names), names
     assert planner.DEFAULT_PROFILES == Path(str(shipped)).resolve()
-    assert not (ROOT / "docs" / "benchmarks" / "profiles").exists(), "moved to agent/profiles"
+    assert not (ROOT / "docs" / "benchmarks" / "profiles").exists(), (
+        "moved to agent/ledger/profiles"
+    )
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert "profiles/*.json" in declared["tool"]["setuptools"]["package-data"]["agent"]
+    assert "ledger/profiles/*.json" in declared["tool"]["setuptools"]["package-data"]["agent"]
     # The benchmarks' reports in docs/benchmarks/ write their profiles there; others beside them.
     assert planner.profile_path_for(ROOT / "docs/benchmarks/stt.md") == shipped / "stt.json"
     # What the dashboard shows: a configuration that meets the target, from these alone.
@@ -167,6 +169,9 @@ def test_a_wheel_holds_the_planners_profiles(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        held = {n for n in archive.namelist() if n.startswith("agent/profiles/")}
-    expected = {f"agent/profiles/{p.name}" for p in (ROOT / "agent" / "profiles").glob("*.json")}
+        held = {n for n in archive.namelist() if n.startswith("agent/ledger/profiles/")}
+    expected = {
+        f"agent/ledger/profiles/{p.name}"
+        for p in (ROOT / "agent" / "ledger" / "profiles").glob("*.json")
+    }
     assert expected and held == expected

@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.phrasing import Phrasing
-from agent.policy import ConversationPolicy, Reply, Templates
-from agent.prompts import PromptSet
-from agent.scenarios import account_from
+from agent.conversation.policy import ConversationPolicy, Reply, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.pipeline.phrasing import Phrasing
 
 PROMPTS = PromptSet.load("collections-v2")
 ACCOUNT_DATA = re.compile(r"\$|acme|percent|month|1,200", re.I)

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from agent import plan as planner
-from agent.bench import SttRun, own_overhead_ms, stt_profile, turn_profile
 from agent.config import Settings
-from agent.plan import (
+from agent.ledger import plan as planner
+from agent.ledger.plan import (
     ProfileError,
     chosen_configuration,
     load_profile,
@@ -30,9 +29,10 @@ from agent.plan import (
     stage_option,
     write_profile,
 )
-from agent.pricebook import PriceBook
-from agent.records import TurnRecord
+from agent.ledger.pricebook import PriceBook
+from agent.ledger.records import TurnRecord
 from infra import gpu_check
+from tools.bench import SttRun, own_overhead_ms, stt_profile, turn_profile
 
 # A price book where every figure is easy to check by hand: one GPU at $6/hour is
 # $0.10 per GPU-minute, a line at $0.01/min.
@@ -473,7 +473,7 @@ def turn(n: int, **parts: float) -> TurnRecord:
 
 
 def test_own_overhead_is_the_response_less_the_model_stages() -> None:
-    # The response and the STT final both run from the VAD's stop (agent.latency).
+    # The response and the STT final both run from the VAD's stop (agent.ledger.latency).
     t = turn(1, response_ms=250, stt_ms=200, endpointing_ms=200, llm_ttft_ms=10, tts_ttfb_ms=30)
     assert own_overhead_ms(t) == pytest.approx(10)
     # A model stage longer than the response leaves no negative share.

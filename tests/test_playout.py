@@ -1,7 +1,7 @@
 """What was heard counts, not what was sent (issue 17, item 2).
 
 The policy processor, a TTS that says any text as a tone, and the loopback line's
-real-time output, as ``agent.call`` wires them: the caller's barge-in is what the
+real-time output, as ``agent.pipeline.call`` wires them: the caller's barge-in is what the
 user aggregator pushes (the VAD and turn frames, and the interruption).
 """
 
@@ -33,17 +33,17 @@ from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.workers.runner import WorkerRunner
 
-import agent.dialogue
-from agent.call import CallProcessors
-from agent.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame
-from agent.phrasing import Phrasing
-from agent.playout import TAG, PlayedFrame, PlayedText, Playout, cut_text
-from agent.policy import ConversationPolicy, Templates
-from agent.prompts import PromptSet
-from agent.records import TurnRecord, new_call_id
-from agent.scenarios import account_from
-from agent.tts import StreamingTTSService
-from agent.turns import TurnLedger
+import agent.pipeline.dialogue
+from agent.conversation.policy import ConversationPolicy, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.ledger.records import TurnRecord, new_call_id
+from agent.pipeline.call import CallProcessors
+from agent.pipeline.dialogue import GuardProcessor, PolicyProcessor, TemplateTextFrame
+from agent.pipeline.phrasing import Phrasing
+from agent.pipeline.playout import TAG, PlayedFrame, PlayedText, Playout, cut_text
+from agent.pipeline.tts import StreamingTTSService
+from agent.pipeline.turns import TurnLedger
 from telephony.loopback import LoopbackTransport
 
 PROMPTS = PromptSet.load("collections-v2")
@@ -60,7 +60,7 @@ class ToneTTS(StreamingTTSService):
         super().__init__(
             url="http://unused",
             session=None,  # type: ignore[arg-type]
-            text_aggregation_mode=TextAggregationMode.TOKEN,  # as agent.call has it
+            text_aggregation_mode=TextAggregationMode.TOKEN,  # as agent.pipeline.call has it
         )
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
@@ -289,7 +289,7 @@ async def test_a_caller_speaking_over_the_goodbye_has_their_turn_handled_then_th
 
 
 async def test_a_call_ends_after_its_goodbye_even_if_the_caller_never_stops(monkeypatch):
-    monkeypatch.setattr(agent.dialogue, "CALLER_GRACE_S", 1.0)
+    monkeypatch.setattr(agent.pipeline.dialogue, "CALLER_GRACE_S", 1.0)
     policy = verified_before_the_disclosure()
     policy.played(reply := policy.on_caller_turn(DOB), len(reply.texts))
     async with Line(policy) as line:
@@ -309,7 +309,7 @@ def test_a_cut_text_keeps_the_words_played_in_full_and_says_it_was_cut():
 
 @pytest.mark.parametrize("heard", [0, 1])
 def test_the_policy_owes_a_cut_disclosure_and_notes_it_only_when_heard(heard):
-    # The contract the pipeline codes against (agent.policy.ConversationPolicy.played).
+    # The contract the pipeline codes against (agent.conversation.policy.ConversationPolicy.played).
     policy = verified_before_the_disclosure()
     reply = policy.on_caller_turn(DOB)
     assert reply.texts[0] == MINI_MIRANDA

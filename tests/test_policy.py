@@ -5,9 +5,9 @@ import re
 
 import pytest
 
-from agent.policy import ConversationPolicy, Stage, Templates
-from agent.prompts import PromptSet
-from agent.scenarios import account_from
+from agent.conversation.policy import ConversationPolicy, Stage, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
 NOW = dt.datetime(2026, 12, 2, 16, 0, tzinfo=dt.UTC)  # 10:00 in Chicago

@@ -5,7 +5,7 @@ A Hypothesis state machine plays the caller: each step says one line from a fami
 (identity answers, dates of birth right and wrong, third-party cues, every signal,
 offers of any amount and form, yes and no, dates and methods, card data, noise) and
 hears the agent's reply in full or cut at any text. After every step the checks of
-``agent.invariants`` hold, every signal said has its event, and any promise holds only
+``agent.conversation.invariants`` hold, every signal said has its event, and any promise holds only
 terms the caller said or accepted.
 """
 
@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from agent.invariants import Line, check_conversation
-from agent.policy import ConversationPolicy, Stage, Templates
-from agent.prompts import PromptSet
-from agent.scenarios import account_from
-from agent.understanding import understand
+from agent.conversation.invariants import Line, check_conversation
+from agent.conversation.policy import ConversationPolicy, Stage, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.conversation.understanding import understand
 
 PROMPTS = PromptSet.load("collections-v2")
 TEMPLATES = [*PROMPTS.templates.values(), PROMPTS.greeting]

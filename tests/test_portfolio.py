@@ -1,4 +1,4 @@
-"""agent.portfolio on SQLite and PostgreSQL: the sample file, bad rows, re-imports."""
+"""agent.campaigns.portfolio on SQLite and PostgreSQL: the sample file, bad rows, re-imports."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from agent.models import Consumer, Debt, Phone
-from agent.portfolio import (
+from agent.campaigns.portfolio import (
     OPTIONAL_COLUMNS,
     REQUIRED_COLUMNS,
     PortfolioError,
     RowError,
     import_portfolio,
 )
-from agent.predial import apply_signal
+from agent.campaigns.predial import apply_signal
+from agent.store.tables import Consumer, Debt, Phone
 
 SAMPLE = Path(__file__).parent / "data" / "portfolio.csv"
 T = dt.datetime(2026, 12, 2, 15, 0, tzinfo=dt.UTC)

@@ -1,4 +1,4 @@
-"""agent.predial on SQLite and PostgreSQL: each test is named after the rule it guards."""
+"""agent.campaigns.predial on SQLite and PostgreSQL: each test is named after the rule it guards."""
 
 from __future__ import annotations
 
@@ -14,9 +14,8 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from agent.models import Call, Consumer, ContactAttempt, Debt, Phone
-from agent.portfolio import import_portfolio
-from agent.predial import (
+from agent.campaigns.portfolio import import_portfolio
+from agent.campaigns.predial import (
     CONTACT_CAPS,
     Decision,
     DialRequest,
@@ -32,6 +31,7 @@ from agent.predial import (
     record_outcome,
     reserve_attempt,
 )
+from agent.store.tables import Call, Consumer, ContactAttempt, Debt, Phone
 
 NEW_YORK = ZoneInfo("America/New_York")
 HOUR = dt.timedelta(hours=1)
@@ -672,7 +672,7 @@ def test_gate_on_the_sample_portfolio(db_engine: Engine) -> None:
 
 @dataclass(frozen=True)
 class Said:
-    """A policy event as ``record_call`` reads it (``agent.policy.PolicyEvent``)."""
+    """A policy event as ``record_call`` reads it (``agent.conversation.policy.PolicyEvent``)."""
 
     kind: str
     detail: dict[str, Any]

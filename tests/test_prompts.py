@@ -1,6 +1,6 @@
 import pytest
 
-from agent.prompts import PromptSet
+from agent.conversation.prompts import PromptSet
 
 
 def test_the_shipped_version_loads():

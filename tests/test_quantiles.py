@@ -1,6 +1,6 @@
 """The nearest-rank percentile every report uses."""
 
-from agent.quantiles import percentile
+from agent.ledger.quantiles import percentile
 
 
 def test_percentile_is_a_measured_value_by_nearest_rank() -> None:

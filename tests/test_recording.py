@@ -1,5 +1,5 @@
-"""Call recordings (agent/recording.py): stereo, redacted, paused, dropped on objection, stored
-in a directory or an S3-compatible server, and played to the console with range requests.
+"""Call recordings (agent/pipeline/recording.py): stereo, redacted, paused, dropped on objection,
+stored in a directory or an S3-compatible server, and played to the console with range requests.
 
 The recorder is driven here as the call's pipeline drives it (20 ms frames, the end of each
 caller turn, the policy's answer) on a clock of the test's own, with the real policy judging
@@ -37,28 +37,20 @@ from pipecat.frames.frames import (
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from agent.call import Call
-from agent.card_guard import CardDataHeardFrame
 from agent.config import ConfigError, Settings
 from agent.console.auth import setup_auth
+from agent.console.recordings import add_recording_routes
 from agent.console.users import Users
-from agent.models import AuditEntry
-from agent.models import Call as CallRow
-from agent.policy import ConversationPolicy, PolicyEvent, Stage, Templates
-from agent.prompts import PromptSet
-from agent.recording import (
-    _DISK,
-    SLACK_S,
-    CallRecorder,
-    FileStore,
-    RecordingError,
-    S3Store,
-    add_recording_routes,
-    dtmf_tone,
-    store_from_settings,
-)
-from agent.records import new_call_id
-from agent.scenarios import account_from
+from agent.conversation.policy import ConversationPolicy, PolicyEvent, Stage, Templates
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import account_from
+from agent.ledger.records import new_call_id
+from agent.pipeline.call import Call
+from agent.pipeline.card_guard import CardDataHeardFrame
+from agent.pipeline.recording import _DISK, SLACK_S, CallRecorder, dtmf_tone
+from agent.store.recordings import FileStore, RecordingError, S3Store, store_from_settings
+from agent.store.tables import AuditEntry
+from agent.store.tables import Call as CallRow
 from tests.audio import speech_pcm
 
 RATE = 16000
@@ -201,7 +193,7 @@ async def test_a_turn_with_card_digits_is_silence_in_the_recording(tmp_path):
     redacted = [e.detail for e in line.events if e.kind == "recording_redacted"]
     assert redacted[0] == {"reason": "card_number", "from_s": 1.0, "to_s": 2.5}
     # Digits were heard: payment is open, and what the caller says next is silence as it
-    # comes (agent/policy.py's ``payment_open``).
+    # comes (agent/conversation/policy.py's ``payment_open``).
     assert line.policy.payment_open
     assert redacted[1:] == [{"reason": "payment_open", "from_s": 2.5, "to_s": 3.0}]
 
@@ -516,7 +508,7 @@ def test_a_keypad_tone_is_told_from_speech(rate):
 
 async def _spoken(line: FakeLine, pcm: bytes, rate: int) -> None:
     """Real speech through the recorder, with the call's VAD (webrtcvad) marking it."""
-    from agent.vad import WebRTCVADAnalyzer
+    from agent.pipeline.vad import WebRTCVADAnalyzer
 
     vad = WebRTCVADAnalyzer(sample_rate=rate, params=VADParams(start_secs=0.2, stop_secs=0.2))
     vad.set_sample_rate(rate)
@@ -787,10 +779,10 @@ async def test_the_console_plays_a_recording_from_s3(console, db_engine, s3_endp
 
 @pytest.mark.models
 async def test_a_real_call_leaves_a_stereo_recording_without_the_card(cpu_models, tmp_path):
-    from agent.runtime import AgentRuntime
-    from agent.scenarios import builtin_scenarios
-    from agent.simulate import simulate_call
+    from agent.conversation.scenarios import builtin_scenarios
+    from agent.runtime.context import AgentRuntime
     from tests.conftest import settings_for
+    from tools.simulate import simulate_call
 
     store = tmp_path / "recordings"
     settings = settings_for(

@@ -1,4 +1,4 @@
-"""agent.records: records are checked where they are built, not in the writer's thread."""
+"""agent.ledger.records: records are checked where they are built, not in the writer's thread."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import datetime as dt
 
 import pytest
 
-from agent.pricebook import CallUsage, PriceBook, price_call
-from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
+from agent.ledger.pricebook import CallUsage, PriceBook, price_call
+from agent.ledger.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
 
 NOW = dt.datetime(2026, 12, 2, 15, 0, tzinfo=dt.UTC)
 NAIVE = dt.datetime(2026, 12, 2, 15, 0)

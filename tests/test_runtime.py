@@ -3,10 +3,10 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
-from agent.models import Call
-from agent.records import CallStarted
-from agent.runtime import AgentRuntime, health_url
-from agent.store import StoreWriter
+from agent.ledger.records import CallStarted
+from agent.runtime.context import AgentRuntime, health_url
+from agent.store.database import StoreWriter
+from agent.store.tables import Call
 
 
 def test_health_url_of_each_kind_of_model_url():

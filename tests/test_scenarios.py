@@ -4,8 +4,14 @@ import datetime as dt
 
 import pytest
 
-from agent.prompts import PromptSet
-from agent.scenarios import ScriptError, builtin_scenarios, converse, load_script, outcome_of
+from agent.conversation.prompts import PromptSet
+from agent.conversation.scenarios import (
+    ScriptError,
+    builtin_scenarios,
+    converse,
+    load_script,
+    outcome_of,
+)
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
 PROMPTS = PromptSet.load("collections-v2")

@@ -10,8 +10,8 @@ from aiortc.mediastreams import AudioStreamTrack
 
 from agent.config import Settings
 from agent.console.users import Users
-from agent.runtime import AgentRuntime
-from agent.server import make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import make_app
 
 PASSWORD = "a long operator password"
 

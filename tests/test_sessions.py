@@ -2,7 +2,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from agent.sessions import ServiceSessions
+from agent.pipeline.http_pools import ServiceSessions
 
 
 async def test_one_pooled_session_per_service():

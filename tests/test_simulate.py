@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from agent.models import Call
-from agent.records import TurnRecord
-from agent.runtime import AgentRuntime
-from agent.scenarios import builtin_scenarios
-from agent.simulate import latency_lines, simulate_call, turn_table
+from agent.conversation.scenarios import builtin_scenarios
+from agent.ledger.records import TurnRecord
+from agent.runtime.context import AgentRuntime
+from agent.store.tables import Call
 from tests.audio import words
 from tests.conftest import settings_for
+from tools.simulate import latency_lines, simulate_call, turn_table
 
 LATENCY_PARTS = (
     "endpointing_ms",
@@ -55,7 +55,7 @@ async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db
     for turn in completed:
         missing = [part for part in LATENCY_PARTS if getattr(turn, part) is None]
         assert not missing, f"turn {turn.number} lacks {missing}"
-        # agent.latency: voice-to-voice is the response plus the endpointing wait
+        # agent.ledger.latency: voice-to-voice is the response plus the endpointing wait
         assert turn.endpointing_ms + turn.response_ms == pytest.approx(
             turn.voice_to_voice_ms, abs=0.01
         )
@@ -92,7 +92,7 @@ def test_simulate_command_prints_the_turn_table(cpu_models, tmp_path):
     assert "endpoint" in done.stdout and "v2v" in done.stdout
     assert "disposition: promise_to_pay" in done.stdout and "mini_miranda" in done.stdout
     assert "/min (within the $0.04/min target)" in done.stdout
-    # both latency figures against their own targets, named as agent.latency names them
+    # both latency figures against their own targets, named as agent.ledger.latency names them
     assert re.search(r"response: p50 \d+ ms, .* the 300 ms target", done.stdout)
     assert re.search(r"voice-to-voice: p50 \d+ ms, .* the 600 ms target", done.stdout)
     table_rows = [line for line in done.stdout.splitlines() if line.strip()[:1].isdigit()]
@@ -187,10 +187,10 @@ async def test_a_script_about_a_portfolio_debt_reaches_the_gate(
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from agent.models import Debt
-    from agent.portfolio import import_portfolio
-    from agent.scenarios import load_script
-    from agent.simulate import print_call
+    from agent.campaigns.portfolio import import_portfolio
+    from agent.conversation.scenarios import load_script
+    from agent.store.tables import Debt
+    from tools.simulate import print_call
 
     data = Path(__file__).resolve().parent / "data"
     import_portfolio(db_engine, data / "portfolio.csv")

@@ -1,4 +1,4 @@
-"""A worker's capacity over SIP: a call's place is taken before it rings (agent/live.py).
+"""A worker's capacity over SIP: a call's place is taken before it rings (agent/pipeline/live.py).
 
 The agent server answers SIP because ``SIP_PORT`` is set, exactly as ``agent serve`` does,
 with the instant stub models. The caller is a bare UDP socket, so that INVITEs can be sent
@@ -26,9 +26,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
-from agent.models import Call
-from agent.runtime import AgentRuntime
-from agent.server import CALLS, CTX, SIP, make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import CALLS, CTX, SIP, make_app
+from agent.store.tables import Call
 from infra.stub_server import create_app
 from telephony import g711
 from telephony.sip import sdp

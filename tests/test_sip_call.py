@@ -23,9 +23,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from agent.config import Settings
-from agent.models import Call
-from agent.runtime import AgentRuntime
-from agent.server import CALLS, SIP, make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import CALLS, SIP, make_app
+from agent.store.tables import Call
 from infra.stub_server import create_app
 from telephony import g711
 from tests.audio import speech_pcm, words

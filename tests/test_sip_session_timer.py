@@ -21,8 +21,8 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from agent.config import ConfigError, Settings
-from agent.runtime import AgentRuntime
-from agent.server import CALLS, SIP, make_app
+from agent.runtime.context import AgentRuntime
+from agent.server.app import CALLS, SIP, make_app
 from infra.stub_server import create_app
 from telephony.sip import sdp
 from telephony.sip.message import Headers, NameAddr, SipRequest, SipResponse, make_response, parse

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
-from agent.simulate import CallerVoice
-from agent.smart_turn import SmartTurnAnalyzer, helper, warm_up
+from agent.pipeline.smart_turn import SmartTurnAnalyzer, helper, warm_up
+from tools.simulate import CallerVoice
 
 
 @pytest.fixture(scope="module")

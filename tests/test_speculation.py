@@ -11,10 +11,10 @@ from typing import Any
 from aiohttp import web
 from pipecat.processors.aggregators.llm_context import LLMContext
 
-from agent.llm import ChatCompletionsLLMService, request_key
-from agent.phrasing import Phrasing
-from agent.sessions import ServiceSessions
-from agent.speculation import Speculation
+from agent.pipeline.http_pools import ServiceSessions
+from agent.pipeline.llm import ChatCompletionsLLMService, request_key
+from agent.pipeline.phrasing import Phrasing
+from agent.pipeline.speculation import Speculation
 from tests.test_dialogue import (
     MINIMUM,
     OFFER,

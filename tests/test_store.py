@@ -1,4 +1,4 @@
-"""agent.store against real databases: SQLite and PostgreSQL (see conftest.py)."""
+"""agent.store.database against real databases: SQLite and PostgreSQL (see conftest.py)."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from sqlalchemy import Engine, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from agent.models import Call, CallEvent, CallStatus, CostLine, Turn
-from agent.pricebook import CallCost, CallUsage, PriceBook, price_call
-from agent.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
-from agent.store import (
+from agent.ledger.pricebook import CallCost, CallUsage, PriceBook, price_call
+from agent.ledger.records import CallEnded, CallEventRecord, CallStarted, TurnRecord, new_call_id
+from agent.store.database import (
     PROJECT_ROOT,
     WORKER_STOPPED,
     StoreWriter,
@@ -32,6 +31,7 @@ from agent.store import (
     normalise_url,
     upgrade,
 )
+from agent.store.tables import Call, CallEvent, CallStatus, CostLine, Turn
 
 T0 = dt.datetime(2026, 12, 2, 15, 0, 0, tzinfo=dt.UTC)
 
@@ -186,7 +186,7 @@ async def test_duplicate_turn_is_skipped_and_later_records_land(
     call_id = new_call_id()
     writer.submit(started(call_id))
     writer.submit(turn(call_id, 1, "first"))
-    with caplog.at_level(logging.ERROR, logger="agent.store"):
+    with caplog.at_level(logging.ERROR, logger="agent.store.database"):
         writer.submit(turn(call_id, 1, "the duplicate"))
         writer.submit(turn(call_id, 2, "second"))
         writer.submit(ended(call_id, book))
@@ -210,7 +210,7 @@ async def test_a_record_that_cannot_be_written_is_logged_without_what_was_said(
     said = "my card is 4111 1111 1111 1111, take two hundred"
     writer.submit(started(call_id))
     writer.submit(turn(call_id, 1, said))
-    with caplog.at_level(logging.WARNING, logger="agent.store"):
+    with caplog.at_level(logging.WARNING, logger="agent.store.database"):
         writer.submit(turn(call_id, 1, said))  # a duplicate: the database refuses it
         # Not a boolean: SQLAlchemy refuses it, quoting it in its message.
         writer.submit(dataclasses.replace(turn(call_id, 2, said), interrupted=said))
@@ -287,8 +287,8 @@ async def test_flush_of_a_writer_that_never_started_raises(db_engine: Engine) ->
 
 _CRASHING_WORKER = """
 import asyncio, datetime as dt, sys, time
-from agent.records import CallStarted, TurnRecord
-from agent.store import StoreWriter, create_engine_for
+from agent.ledger.records import CallStarted, TurnRecord
+from agent.store.database import StoreWriter, create_engine_for
 
 url, call_id = sys.argv[1], sys.argv[2]
 now = dt.datetime.now(dt.UTC)
@@ -456,7 +456,7 @@ async def test_nothing_is_lost_while_the_database_is_away(
     writer.start()
     call_id = new_call_id()
     try:
-        with caplog.at_level(logging.WARNING, logger="agent.store"):
+        with caplog.at_level(logging.WARNING, logger="agent.store.database"):
             writer.submit(started(call_id))
             for number in (1, 2, 3):
                 writer.submit(turn(call_id, number))
@@ -545,4 +545,4 @@ def test_upgrade_leaves_the_applications_logging_alone(
     app_logger = logging.getLogger("agent.some_module")
     upgrade(empty_db_url)
     assert not app_logger.disabled
-    assert not logging.getLogger("agent.store").disabled
+    assert not logging.getLogger("agent.store.database").disabled

@@ -43,10 +43,10 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.workers.runner import WorkerRunner
 
-import agent.stt
-from agent.policy import PolicyEvent
-from agent.prompts import PromptSet
-from agent.stt import STT_UNAVAILABLE, StreamingSTTService
+import agent.pipeline.stt
+from agent.conversation.policy import PolicyEvent
+from agent.conversation.prompts import PromptSet
+from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from tests.servers import running_server
 
 TEXTS = PromptSet.load("collections-v2").templates
@@ -297,8 +297,8 @@ async def test_a_server_down_at_the_call_start_is_retried_without_a_hold_before_
 async def test_a_server_that_accepts_but_never_answers_costs_at_most_the_budget(
     session, monkeypatch
 ):
-    monkeypatch.setattr(agent.stt, "CONNECT_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(agent.stt, "RECONNECT_BUDGET_S", 0.6)
+    monkeypatch.setattr(agent.pipeline.stt, "CONNECT_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(agent.pipeline.stt, "RECONNECT_BUDGET_S", 0.6)
     with socket.socket() as black_hole:  # the kernel completes handshakes; nobody answers
         black_hole.bind(("127.0.0.1", 0))
         black_hole.listen(16)
@@ -314,9 +314,9 @@ async def test_a_server_that_accepts_but_never_answers_costs_at_most_the_budget(
 
 
 def test_the_default_schedule_is_a_few_seconds_of_bounded_attempts():
-    delays = agent.stt.RECONNECT_DELAYS_S
+    delays = agent.pipeline.stt.RECONNECT_DELAYS_S
     assert delays[0] == 0 and list(delays) == sorted(delays)
-    assert 2 <= len(delays) <= 10 and sum(delays) <= agent.stt.RECONNECT_BUDGET_S <= 10
+    assert 2 <= len(delays) <= 10 and sum(delays) <= agent.pipeline.stt.RECONNECT_BUDGET_S <= 10
     assert {"technical_hold", "technical_resume", "technical_end"} <= TEXTS.keys()
 
 
@@ -336,7 +336,7 @@ async def test_an_utterance_after_the_goodbye_goes_nowhere(server, session):
 
 
 async def test_a_hung_server_is_noticed_by_its_silence_to_pings(server, session, monkeypatch):
-    monkeypatch.setattr(agent.stt, "HEARTBEAT_S", 0.2)
+    monkeypatch.setattr(agent.pipeline.stt, "HEARTBEAT_S", 0.2)
     fake, url = server
     events: list[PolicyEvent] = []
     frames = [Do(fake.hang), SleepFrame(1.0), *utterance(), SleepFrame(0.2)]
@@ -348,8 +348,8 @@ async def test_a_hung_server_is_noticed_by_its_silence_to_pings(server, session,
 async def test_a_server_that_upgrades_but_never_says_ready_costs_at_most_the_budget(
     server, session, monkeypatch
 ):
-    monkeypatch.setattr(agent.stt, "CONNECT_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(agent.stt, "RECONNECT_BUDGET_S", 0.6)
+    monkeypatch.setattr(agent.pipeline.stt, "CONNECT_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(agent.pipeline.stt, "RECONNECT_BUDGET_S", 0.6)
     fake, url = server
     fake.mute = True
     events: list[PolicyEvent] = []
@@ -413,7 +413,7 @@ class Starting(FrameProcessor):
 
 
 def worker_of(service: StreamingSTTService, start_s: float) -> PipelineWorker:
-    """A call's pipeline as ``agent.call`` runs it: the STT, then the rest of the call."""
+    """A call's pipeline as ``agent.pipeline.call`` runs it: the STT, then the rest of the call."""
     return PipelineWorker(
         Pipeline([service, Starting(start_s)]),
         params=PipelineParams(audio_in_sample_rate=16000),
@@ -427,7 +427,7 @@ async def quick_call(
     service: StreamingSTTService, *, begin_s: float, start_s: float, end_s: float, how: str
 ) -> None:
     """A call of ``service`` placed at ``begin_s``, whose rest takes ``start_s`` to start,
-    ended ``end_s`` later as ``agent.call.Call`` ends one: hung up (``EndFrame``) or
+    ended ``end_s`` later as ``agent.pipeline.call.Call`` ends one: hung up (``EndFrame``) or
     cancelled (the caller gone, the server stopping)."""
     await asyncio.sleep(begin_s)
     worker = worker_of(service, start_s)

@@ -12,7 +12,7 @@ import pytest
 from aiohttp import WSMsgType
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.call import ModelEndpoints
+from agent.pipeline.call import ModelEndpoints
 from infra import stt_server
 from tests.audio import pcm_chunks, pcm_seconds, silence_pcm, speech_pcm, words
 

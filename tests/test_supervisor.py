@@ -20,8 +20,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.console.users import Users
-from agent.models import Call
-from agent.supervisor import Supervisor
+from agent.runtime.supervisor import Supervisor
+from agent.store.tables import Call
 from tests.console import PEOPLE, hidden
 from tests.servers import running_server
 

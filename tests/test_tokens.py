@@ -32,8 +32,8 @@ from agent.console.tokens import (
     Tokens,
 )
 from agent.console.users import Users
-from agent.models import ApiToken, AuditEntry, Role, User
-from agent.store import create_engine_for
+from agent.store.database import create_engine_for
+from agent.store.tables import ApiToken, AuditEntry, Role, User
 from tests.console import PEOPLE, hidden, log_in
 
 START = dt.datetime(2026, 12, 10, 9, 0, tzinfo=dt.UTC)

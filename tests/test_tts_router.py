@@ -13,9 +13,9 @@ from aiohttp import web
 from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.tests.utils import run_test
 
-from agent.policy import PolicyEvent
-from agent.tts_fallback import CartesiaClient, FallbackConfig, FallbackError
-from agent.tts_router import CircuitBreaker, RoutedTTSService, is_voiced
+from agent.conversation.policy import PolicyEvent
+from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig, FallbackError
+from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService, is_voiced
 from tests.fallback_tts import API_KEY, FALLBACK_LEVEL, FakeCartesia
 
 PRIMARY_LEVEL = 3000

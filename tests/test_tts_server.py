@@ -11,7 +11,7 @@ import pytest
 import soxr
 from aiohttp.test_utils import TestClient, TestServer
 
-from agent.call import ModelEndpoints
+from agent.pipeline.call import ModelEndpoints
 from infra.tts_server import SpeechStream, create_app
 
 THREE_SENTENCES = (

@@ -28,8 +28,8 @@ from pipecat.observers.base_observer import FramePushed
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.latency import DEFINITION
-from agent.turns import CallProcessors, TurnLedger
+from agent.ledger.latency import DEFINITION
+from agent.pipeline.turns import CallProcessors, TurnLedger
 
 CALL = "c" * 32
 MS = 1_000_000
@@ -100,7 +100,7 @@ async def test_a_turn_is_broken_into_its_parts():
     assert record.llm_ttft_ms == 78
     assert record.tts_ttfb_ms == 60
     assert record.transport_out_ms == 12
-    # agent.latency: from the VAD's stop, so the STT final and the end-of-turn decision
+    # agent.ledger.latency: from the VAD's stop, so the STT final and the end-of-turn decision
     # (committed at 1100) are inside it; voice-to-voice adds the endpointing wait.
     assert record.response_ms == 262
     assert record.voice_to_voice_ms == 462

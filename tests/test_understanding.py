@@ -1,4 +1,5 @@
-"""agent.understanding: caller turns as Whisper writes them, read into intents and facts."""
+"""agent.conversation.understanding: caller turns as Whisper writes them, read into intents
+and facts."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from agent.understanding import (
+from agent.conversation.understanding import (
     CARD_REMOVED,
     CODE_REMOVED,
     EXPIRY_REMOVED,

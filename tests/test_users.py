@@ -16,8 +16,8 @@ from agent.console.audit import BY_COMMAND_LINE, Actor
 from agent.console.cli import add_users_parser, run_users_command
 from agent.console.sessions import SessionPolicy, SessionStore
 from agent.console.users import Attempt, UserError, Users, check_password
-from agent.models import AuditEntry, Role, User, UserSession
-from agent.store import create_engine_for
+from agent.store.database import create_engine_for
+from agent.store.tables import AuditEntry, Role, User, UserSession
 
 #: Cheap argon2 parameters: the tests check behaviour, not cost.
 FAST = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)

@@ -4,7 +4,7 @@ from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADState
 
 from agent.config import Settings
-from agent.vad import WebRTCVADAnalyzer, create_vad_analyzer
+from agent.pipeline.vad import WebRTCVADAnalyzer, create_vad_analyzer
 
 
 def _frames(pcm: bytes, rate: int, ms: int = 20):

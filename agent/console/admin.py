@@ -28,7 +28,7 @@ from agent.console.pages import e, page, when
 from agent.console.query import QueryError
 from agent.console.tokens import SCOPES, TokenError, TokenInfo, Tokens
 from agent.console.users import Account, UserError
-from agent.models import AuditEntry, Role, User
+from agent.store.tables import AuditEntry, Role, User
 
 #: Audit entries a page shows.
 AUDIT_PAGE = 200

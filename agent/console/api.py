@@ -31,6 +31,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from agent.access import Anonymous, guard
+from agent.campaigns.predial import Ledger, masked
 from agent.console.audit import audit
 from agent.console.auth import AUTH, Handler, require_role
 from agent.console.context import ENGINE, now
@@ -46,9 +47,8 @@ from agent.console.pages import (
     load_call,
 )
 from agent.console.query import CONTROL_CHARS, FIRST_DAY, LAST_DAY, QueryError
-from agent.models import Call, CallEvent, CostLine, Promise, Role, Turn
-from agent.predial import Ledger, masked
-from agent.records import CALL_ID_LENGTH, FLAG_KINDS
+from agent.ledger.records import CALL_ID_LENGTH, FLAG_KINDS
+from agent.store.tables import Call, CallEvent, CostLine, Promise, Role, Turn
 
 PREFIX = "/api/v1"
 DEFAULT_LIMIT = 50

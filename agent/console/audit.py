@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from agent.console.context import ENGINE, current_user, now
-from agent.models import AuditEntry
+from agent.store.tables import AuditEntry
 
 #: The ``ip`` of what was done at the command line on the server.
 COMMAND_LINE = "cli"

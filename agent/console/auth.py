@@ -44,7 +44,7 @@ from agent.console.nav import home
 from agent.console.ratelimit import LoginLimits, LoginThrottle
 from agent.console.sessions import SessionPolicy, SessionStore
 from agent.console.users import Users
-from agent.models import Role
+from agent.store.tables import Role
 
 logger = logging.getLogger(__name__)
 

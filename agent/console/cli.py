@@ -20,7 +20,7 @@ from agent.console.audit import BY_COMMAND_LINE
 from agent.console.context import Clock, utc_now
 from agent.console.tokens import SCOPES, TokenError, TokenInfo, Tokens
 from agent.console.users import UserError, Users, normalise_username
-from agent.models import Role
+from agent.store.tables import Role
 
 
 def add_users_parser(subparsers: Any) -> None:
@@ -46,7 +46,7 @@ def add_users_parser(subparsers: Any) -> None:
 
 def run_users_command(settings: Settings, args: argparse.Namespace) -> int:
     """Run ``users add|list|disable``; 0 on success, 1 when refused (the reason on stderr)."""
-    from agent.store import create_engine_for, upgrade
+    from agent.store.database import create_engine_for, upgrade
 
     upgrade(settings.database_url)
     engine = create_engine_for(settings.database_url)
@@ -111,7 +111,7 @@ def run_tokens_command(settings: Settings, args: argparse.Namespace, clock: Cloc
     """Run ``tokens create|list|revoke``; 0 on success, 1 when refused (the reason on stderr).
 
     Changes are audited as the command line's (``audit.BY_COMMAND_LINE``: no user, from ``cli``)."""
-    from agent.store import create_engine_for, upgrade
+    from agent.store.database import create_engine_for, upgrade
 
     upgrade(settings.database_url)
     engine = create_engine_for(settings.database_url)

@@ -1,7 +1,7 @@
 """The owner's dashboard: cost per minute, latency, fallback share and collection KPIs.
 
 ``GET /console/dashboard`` is a page of tables with a Chart.js chart above
-each (the library is vendored at build time into ``agent/web/vendor/`` and
+each (the library is vendored at build time into ``agent/server/web/vendor/`` and
 served under ``/static/vendor/``; without it the tables still say everything).
 ``GET /api/kpis`` is the same figures in JSON. Both are for owners only, for a
 range of UTC days (``?from=YYYY-MM-DD&to=YYYY-MM-DD``, inclusive; the last 30
@@ -27,10 +27,10 @@ from agent.console.context import ENGINE, now
 from agent.console.kpis import Figures, Kpi, components, figures
 from agent.console.pages import page
 from agent.console.query import QueryError
-from agent.latency import MEANINGS, RESPONSE, RESPONSE_TARGET_MS, VOICE_TO_VOICE
-from agent.models import Role
-from agent.plan import Prediction, ProfileError, chosen_configuration
-from agent.pricebook import PriceBook
+from agent.ledger.latency import MEANINGS, RESPONSE, RESPONSE_TARGET_MS, VOICE_TO_VOICE
+from agent.ledger.plan import Prediction, ProfileError, chosen_configuration
+from agent.ledger.pricebook import PriceBook
+from agent.store.tables import Role
 
 #: The cost target of the price book the dashboard compares against ($/minute).
 TARGET = web.AppKey("dashboard_target_usd_per_minute", float)
@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 #: The planner's choice, shown beside the measured figures.
 PLANNED = web.AppKey("dashboard_planned", object)
-#: Where the page loads Chart.js from (``make`` puts it in agent/web/vendor/).
+#: Where the page loads Chart.js from (``make`` puts it in agent/server/web/vendor/).
 CHART_JS = "/static/vendor/chart.umd.min.js"
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -61,8 +61,8 @@ def add_dashboard(app: web.Application, target_usd_per_minute: float | None = No
 
 
 def _planned_configuration() -> Prediction | None:
-    """The planner's cheapest configuration that meets the latency target (agent/plan.py),
-    from the measured profiles in agent/profiles/; None when none does or the
+    """The planner's cheapest configuration that meets the latency target (agent/ledger/plan.py),
+    from the measured profiles in agent/ledger/profiles/; None when none does or the
     profiles cannot be read (the page says so)."""
     try:
         return chosen_configuration(RESPONSE_TARGET_MS)

@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from agent.latency import DEFINITION, RESPONSE_TARGET_MS, VOICE_TO_VOICE_TARGET_MS
-from agent.models import Call, CostLine, Promise, PromiseStatus, Turn
-from agent.quantiles import percentile
+from agent.ledger.latency import DEFINITION, RESPONSE_TARGET_MS, VOICE_TO_VOICE_TARGET_MS
+from agent.ledger.quantiles import percentile
+from agent.store.tables import Call, CostLine, Promise, PromiseStatus, Turn
 
 #: Who was reached when no person answered (``calls.party``); None is unknown, not a person.
 NOT_A_PERSON = frozenset({"voicemail", "no_answer", "busy", "fax", "machine"})
@@ -76,7 +76,7 @@ class Figures:
     start: dt.date
     end: dt.date
     target_usd_per_minute: float
-    #: The response target (agent.latency), the line the latency chart draws.
+    #: The response target (agent.ledger.latency), the line the latency chart draws.
     latency_target_ms: float
     voice_to_voice_target_ms: float
     cost: list[DayCost]
@@ -180,7 +180,7 @@ def cost_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayCost]:
 def latency_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayLatency]:
     """p50 and p95 of ``response_ms`` and ``voice_to_voice_ms`` over each day's turns.
 
-    The response is read only from turns of the current definition (agent.latency): a
+    The response is read only from turns of the current definition (agent.ledger.latency): a
     legacy turn's response left the STT and end-of-turn waits out.
     """
     with Session(engine) as session:

@@ -6,7 +6,7 @@ the role itself (``require_role``), the menu is a convenience, not the guard.
 
 from __future__ import annotations
 
-from agent.models import Role
+from agent.store.tables import Role
 
 NAV = (
     ("/console", "Calls", (Role.OPERATOR, Role.OWNER)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from agent.console.query import CONTROL_CHARS
-from agent.models import PromiseStatus
+from agent.store.tables import PromiseStatus
 
 VERSION = "1.0.0"
 #: Characters the text parameters refuse: C0 and C1 controls (NUL among them, which

@@ -26,6 +26,7 @@ from aiohttp import web
 from sqlalchemy import Connection, Engine, Select, exists, or_, select
 from sqlalchemy.orm import Session, selectinload
 
+from agent.campaigns.predial import Ledger, contact_ledger, masked
 from agent.console import query as q
 from agent.console.audit import audit
 from agent.console.auth import require_role
@@ -33,8 +34,9 @@ from agent.console.context import ENGINE, current_user, now
 from agent.console.csrf import FIELD, csrf_token
 from agent.console.nav import NAV
 from agent.console.query import QueryError
-from agent.latency import DEFINITION
-from agent.models import (
+from agent.ledger.latency import DEFINITION
+from agent.ledger.records import CALL_ID_LENGTH, FLAG_KINDS
+from agent.store.tables import (
     Call,
     CallEvent,
     Consumer,
@@ -43,11 +45,10 @@ from agent.models import (
     PromiseStatus,
     Role,
 )
-from agent.predial import Ledger, contact_ledger, masked
-from agent.records import CALL_ID_LENGTH, FLAG_KINDS
 
 PAGE_SIZE = 50
-#: The dispositions the policy ends calls with (agent/policy.py), offered in the filter.
+#: The dispositions the policy ends calls with (agent/conversation/policy.py), offered in the
+#: filter.
 DISPOSITIONS = (
     "promise_to_pay",
     "payment_plan",
@@ -638,7 +639,7 @@ def _timeline(call: Call) -> str:
     return f'<ol class="timeline">{"".join(lines)}</ol>'
 
 
-#: How a turn stored before agent.latency's definitions names its response figure.
+#: How a turn stored before agent.ledger.latency's definitions names its response figure.
 _LEGACY_RESPONSE = "response (legacy: from the turn's commit)"
 
 

@@ -6,7 +6,7 @@ never read as something else and never left to fail deeper down as a 500:
 dates are checked against a range with room on both sides (a day after the
 last still exists), text and path segments against their length and control
 characters (which PostgreSQL refuses in strings), flags against the words for
-yes and no. ``agent.hygiene`` refuses the worst of it for every route first;
+yes and no. ``agent.server.hygiene`` refuses the worst of it for every route first;
 these checks are the handlers' own, with each parameter's own limit.
 """
 

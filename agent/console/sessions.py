@@ -18,7 +18,7 @@ from sqlalchemy import Engine, delete, select
 from sqlalchemy.orm import Session
 
 from agent.console.users import Account, account_of
-from agent.models import User, UserSession
+from agent.store.tables import User, UserSession
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from agent.access import Refusal, refuse
 from agent.console.audit import Actor, entry
 from agent.console.context import ENGINE, now
 from agent.console.sessions import token_hash
-from agent.models import ApiToken, User
+from agent.store.tables import ApiToken, User
 
 logger = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from zxcvbn import zxcvbn
 
 from agent.console.audit import BY_CODE, Actor, entry
-from agent.models import Role, User, UserSession
+from agent.store.tables import Role, User, UserSession
 
 logger = logging.getLogger(__name__)
 

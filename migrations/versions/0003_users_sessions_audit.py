@@ -4,7 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-09
 
-Written against agent.models (``User``, ``UserSession``, ``AuditEntry``) and
+Written against agent.store.tables (``User``, ``UserSession``, ``AuditEntry``) and
 reviewed by hand: constraint and index names follow the metadata's naming
 convention; tests/test_migrations.py checks that the migrated schema compares
 equal to the models on SQLite and PostgreSQL. Only new tables, so SQLite needs

@@ -4,7 +4,7 @@ Revision ID: 0004
 Revises: 0003
 Create Date: 2026-12-03
 
-Written by hand against agent.models; tests/test_migrations.py checks that the
+Written by hand against agent.store.tables; tests/test_migrations.py checks that the
 migrated schema compares equal to the models on SQLite and PostgreSQL.
 
 The number used to be found only through a call's contact attempt, so an

@@ -4,7 +4,7 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-12-04
 
-Written by hand against agent.models; tests/test_migrations.py checks that the
+Written by hand against agent.store.tables; tests/test_migrations.py checks that the
 migrated schema compares equal to the models on SQLite and PostgreSQL.
 
 A call the consumer asked for ("call me after six tonight"), placed within

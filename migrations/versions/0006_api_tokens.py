@@ -4,7 +4,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-12-10
 
-Written by hand against agent.models (``ApiToken``); tests/test_migrations.py
+Written by hand against agent.store.tables (``ApiToken``); tests/test_migrations.py
 checks that the migrated schema compares equal to the models on SQLite and
 PostgreSQL. Only the token's SHA-256 is stored, unique, so that a request's
 token is found by an index lookup. Only a new table, so SQLite needs no batch

@@ -4,7 +4,7 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-10
 
-Written by hand against agent.models (``AuditEntry.detail``); tests/test_migrations.py
+Written by hand against agent.store.tables (``AuditEntry.detail``); tests/test_migrations.py
 checks that the migrated schema compares equal to the models on SQLite and PostgreSQL.
 Existing entries have no detail: the new column is nullable, so SQLite adds it in place.
 """

@@ -4,7 +4,7 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-11
 
-Written by hand against agent.models (``MediaStreamToken``, ``SeenWebhook``);
+Written by hand against agent.store.tables (``MediaStreamToken``, ``SeenWebhook``);
 tests/test_migrations.py checks that the migrated schema compares equal to the models on
 SQLite and PostgreSQL. Both held in process memory before, so there is nothing to carry
 over: a token minted by the old code is lost with its process, as it was on a restart.

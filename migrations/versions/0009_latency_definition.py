@@ -1,4 +1,4 @@
-"""Which latency definition a turn was measured under (agent/latency.py).
+"""Which latency definition a turn was measured under (agent/ledger/latency.py).
 
 Revision ID: 0009
 Revises: 0008

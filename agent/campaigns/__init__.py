@@ -1,0 +1,1 @@
+"""Outbound work: the pre-dial gate, the dialer, portfolio and campaign files."""

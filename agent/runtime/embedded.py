@@ -1,0 +1,263 @@
+"""The embedded default: the model servers started as child processes of the agent.
+
+With no model URLs configured, the agent starts the STT, LLM and TTS servers of ``infra/``
+on this machine, on free ports, and talks to them over the network like to any other
+deployment (one code path from a laptop to a cluster). ``stub=True`` starts the one stub
+server instead, which answers all three protocols instantly.
+
+Children die with the agent. Each child runs in its own session, so a Ctrl-C in the
+terminal reaches only the agent, which stops them in order (SIGTERM, then SIGKILL after
+5 s). If the agent dies without stopping them, the kernel kills them: they ask for
+``PR_SET_PDEATHSIG`` (Linux) before they exec. That signal follows the *thread* that
+started the child, so start the servers from a thread that lives as long as the agent
+(the event loop's). Elsewhere than Linux only the orderly stop applies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import aiohttp
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LOG_DIR = Path("data/logs")
+DEFAULT_START_TIMEOUT_S = 180.0
+STOP_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+MODEL_SERVERS = {"stt": "infra.stt_server", "llm": "infra.llm_server", "tts": "infra.tts_server"}
+STUB_SERVER = {"stub": "infra.stub_server"}
+
+
+class ServerStartError(RuntimeError):
+    """A model server died or did not become healthy in time."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on now (the OS's choice for port 0)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _url_host(host: str) -> str:
+    """The host to put in a URL for a server bound to ``host``."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn that makes the child get SIGKILL when this thread exits (Linux).
+
+    libc's ``prctl`` is looked up here, before the fork, so the child does one system
+    call and no imports. SIGKILL, because the servers hold nothing worth flushing.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+    except (OSError, AttributeError):
+        logger.warning("prctl unavailable: model servers may outlive a crashed agent")
+        return None
+    parent_pid = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return set_death_signal
+
+
+class ServerProcess:
+    """One model server child process, its URL and its log file."""
+
+    def __init__(
+        self, name: str, process: subprocess.Popen[bytes], base_url: str, log_path: Path
+    ) -> None:
+        self.name = name
+        self.process = process
+        self.base_url = base_url
+        self.log_path = log_path
+
+    @classmethod
+    def launch(
+        cls,
+        name: str,
+        module: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        log_dir: Path = DEFAULT_LOG_DIR,
+        args: Sequence[str] = (),
+    ) -> ServerProcess:
+        """Start ``python -m <module> --host H --port P``, output to ``<log_dir>/<name>.log``."""
+        port = port or free_port(host)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir.resolve() / f"{name}.log"
+        command = [sys.executable, "-m", module, "--host", host, "--port", str(port), *args]
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")])
+        )
+        log: IO[bytes]
+        with log_path.open("ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(command)}\n".encode())
+            log.flush()
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(),
+            )
+        logger.info(
+            "starting %s server (pid %d) on %s:%d, log %s", name, process.pid, host, port, log_path
+        )
+        return cls(name, process, f"http://{_url_host(host)}:{port}", log_path)
+
+    async def wait_healthy(self, timeout: float = DEFAULT_START_TIMEOUT_S) -> float:
+        """Poll ``GET /health`` until it answers 200; return the seconds it took.
+
+        Raises ServerStartError, with the end of the server's log, if the child exits or
+        is not healthy within ``timeout`` seconds.
+        """
+        started = time.monotonic()
+        probe_timeout = aiohttp.ClientTimeout(total=2.0)
+        async with aiohttp.ClientSession(timeout=probe_timeout) as session:
+            while True:
+                if self.process.poll() is not None:
+                    raise ServerStartError(
+                        f"{self.name} server exited with code {self.process.returncode}"
+                        f" before it was ready; the end of {self.log_path}:\n{self.log_tail()}"
+                    )
+                try:
+                    async with session.get(f"{self.base_url}/health") as response:
+                        if response.status == 200:
+                            return time.monotonic() - started
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                if time.monotonic() - started > timeout:
+                    raise ServerStartError(
+                        f"{self.name} server not ready after {timeout:.0f} s;"
+                        f" the end of {self.log_path}:\n{self.log_tail()}"
+                    )
+                await asyncio.sleep(0.1)
+
+    async def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM, then SIGKILL if the child is still there after ``grace`` seconds."""
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        deadline = time.monotonic() + grace
+        while self.process.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.process.poll() is None:
+            logger.warning("%s server ignored SIGTERM for %.0f s; killing it", self.name, grace)
+            self.process.kill()
+            await asyncio.to_thread(self.process.wait)
+        logger.info("%s server stopped (exit code %s)", self.name, self.process.returncode)
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last lines of the server's log, for error messages."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(max(0, log.seek(0, os.SEEK_END) - 16384))
+                text = log.read().decode(errors="replace")
+        except OSError as error:
+            return f"(log unreadable: {error})"
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class ModelServers:
+    """The STT, LLM and TTS servers (or the stub) running as children of this process.
+
+    Use as ``async with await ModelServers.start() as servers: ...``.
+    """
+
+    def __init__(self, servers: Sequence[ServerProcess], stt: str, llm: str, tts: str) -> None:
+        self.servers = list(servers)
+        self.stt_url = f"{stt.replace('http://', 'ws://', 1)}/v1/listen"
+        self.llm_url = f"{llm}/v1"
+        self.tts_url = f"{tts}/v1/speech"
+
+    @classmethod
+    async def start(
+        cls,
+        stub: bool = False,
+        host: str = "127.0.0.1",
+        *,
+        log_dir: Path = DEFAULT_LOG_DIR,
+        timeout: float = DEFAULT_START_TIMEOUT_S,
+    ) -> ModelServers:
+        """Start the servers in parallel and return once every ``/health`` answers 200."""
+        names = STUB_SERVER if stub else MODEL_SERVERS
+        started = time.monotonic()
+        servers: list[ServerProcess] = []
+        try:
+            for name, module in names.items():
+                servers.append(ServerProcess.launch(name, module, host=host, log_dir=log_dir))
+            await _wait_all_healthy(servers, timeout)
+        except BaseException:
+            await asyncio.gather(*(server.stop() for server in servers))
+            raise
+        logger.info("model servers ready in %.1f s", time.monotonic() - started)
+        if stub:
+            url = servers[0].base_url
+            return cls(servers, url, url, url)
+        by_name = {server.name: server.base_url for server in servers}
+        return cls(servers, by_name["stt"], by_name["llm"], by_name["tts"])
+
+    async def stop(self) -> None:
+        """Stop every server (in parallel); safe to call twice."""
+        await asyncio.gather(*(server.stop() for server in self.servers))
+
+    async def __aenter__(self) -> ModelServers:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def _wait_all_healthy(servers: Sequence[ServerProcess], timeout: float) -> None:
+    """Wait for all servers; the first failure cancels the other waits and is raised."""
+
+    async def wait(server: ServerProcess) -> None:
+        seconds = await server.wait_healthy(timeout)
+        logger.info("%s server ready in %.1f s", server.name, seconds)
+
+    tasks = [asyncio.create_task(wait(server)) for server in servers]
+    try:
+        done, _pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for task in done:
+        error = task.exception()
+        if error is not None:
+            raise error

@@ -1,0 +1,1 @@
+"""The agent's HTTP app: its routes, hygiene, metrics and web assets."""
