@@ -4,8 +4,9 @@ The carrier answers the phone, fetches a TwiML/TeXML document from us
 (``POST /voice/twilio``, ``POST /voice/telnyx``) that says "connect the call's
 audio to this websocket", and opens ``GET /media/twilio/<token>`` or
 ``/media/telnyx/<token>``. The webhook must be signed by the carrier and the socket
-must bring the one-time token the webhook's answer gave (``telephony.carrier_auth``);
-the call gets the caller's number the signed webhook said, not what the stream claims.
+must bring the one-time token the webhook's answer gave (the routes and their guards are
+``agent/server/carriers.py`` and ``agent/server/carrier_auth.py``); the call gets the
+caller's number the signed webhook said, not what the stream claims.
 Over it come JSON events: ``connected``, ``start`` (the stream and call ids, the
 media format and our custom parameters, e.g. the caller's number), ``media``
 (base64 G.711, 20 ms each), ``dtmf``, ``mark`` (a mark we sent has been played)
@@ -24,7 +25,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from xml.etree import ElementTree
@@ -48,21 +48,8 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
-from agent.access import guard
-from agent.config import Settings
-from agent.console.context import ENGINE
-from telephony.carrier_auth import (
-    ANNOUNCED,
-    Announced,
-    CarrierSignature,
-    Clock,
-    MediaToken,
-    SeenWebhooks,
-    StreamTokens,
-    public_base,
-    webhook_signatures,
-)
-from telephony.line import CallInfo, LineBusy
+from telephony.carrier_auth import Announced, public_base
+from telephony.line import CallInfo
 
 logger = logging.getLogger(__name__)
 
@@ -483,45 +470,7 @@ class MediaStreamTransport(BaseTransport):
             await self._ws.close(message=b"call ended")
 
 
-# --- Routes ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StartedCall:
-    """A call the server has started on a transport: its id and the task that runs it."""
-
-    call_id: str
-    task: asyncio.Task[Any]
-
-
-#: Start a call on ``transport`` (the server's one way to do so: policy, records, answer).
-StartCall = Callable[[BaseTransport, CallInfo], StartedCall]
-
-
-@dataclass(frozen=True)
-class MediaStreamConfig:
-    """How the carrier routes are set up."""
-
-    credentials: CarrierCredentials = CarrierCredentials()
-    #: ``https://agent.example.com``: where carriers reach us; default: the request's host.
-    public_url: str | None = None
-    start_timeout_s: float = START_TIMEOUT_S
-    #: Checks Telnyx's webhook timestamps and expires stream tokens; injectable for tests.
-    clock: Clock = time.time
-
-
-def carrier_config(settings: Settings) -> MediaStreamConfig:
-    """The carrier routes as the process's settings configure them."""
-    return MediaStreamConfig(
-        credentials=CarrierCredentials(
-            twilio_account_sid=settings.twilio_account_sid,
-            twilio_auth_token=settings.twilio_auth_token,
-            telnyx_api_key=settings.telnyx_api_key,
-            telnyx_public_key=settings.telnyx_public_key,
-            hang_up=settings.carrier_hang_up,
-        ),
-        public_url=settings.public_url,
-    )
+# --- The webhook's answer ---------------------------------------------------------------
 
 
 def stream_url(request: web.Request, carrier: str, public_url: str | None, token: str) -> str:
@@ -547,83 +496,3 @@ def connect_document(carrier: str, url: str, parameters: dict[str, str]) -> str:
         ElementTree.SubElement(stream, "Parameter", {"name": name, "value": value})
     body = ElementTree.tostring(response, encoding="unicode")
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + body
-
-
-def add_routes(app: web.Application, config: MediaStreamConfig, start_call: StartCall) -> None:
-    """``POST /voice/{carrier}`` (the carrier's signed voice webhook) and
-    ``GET /media/{carrier}/{token}`` (the stream it announced); ``ConfigError`` for a
-    malformed carrier key.
-
-    The app needs the console's ``ENGINE`` (``setup_auth`` sets it): the tokens and the
-    replay memory are kept there, for every worker and pod to share."""
-    if ENGINE not in app:
-        raise RuntimeError("the carrier routes need the console's engine: call setup_auth first")
-    credentials = config.credentials
-    signatures = webhook_signatures(credentials.twilio_auth_token, credentials.telnyx_public_key)
-    tokens = StreamTokens(app[ENGINE], config.clock)
-    seen = SeenWebhooks(app[ENGINE])
-
-    @guard(CarrierSignature(signatures, seen, config.public_url, config.clock))
-    async def voice(request: web.Request) -> web.StreamResponse:
-        carrier = request.match_info["carrier"]
-        form = await request.post()
-        said = {key: value for key, value in form.items() if isinstance(value, str) and value}
-        webhook = Announced(carrier, said.get("From"), said.get("To"))
-        parameters = {
-            name: said[key] for name, key in (("from", "From"), ("to", "To")) if key in said
-        }
-        token = await asyncio.to_thread(tokens.mint, webhook)
-        url = stream_url(request, carrier, config.public_url, token)
-        return web.Response(
-            text=connect_document(carrier, url, parameters), content_type="application/xml"
-        )
-
-    @guard(MediaToken(tokens))
-    async def media(request: web.Request) -> web.StreamResponse:
-        carrier = request.match_info["carrier"]
-        ws = web.WebSocketResponse(max_msg_size=MAX_MESSAGE_BYTES, timeout=CLOSE_TIMEOUT_S)
-        if not ws.can_prepare(request).ok:
-            return web.json_response(
-                {"error": f"/media/{carrier} is a websocket: connect with an Upgrade request"},
-                status=400,
-            )
-        await ws.prepare(request)
-        try:
-            start = (await await_start(ws, carrier, config.start_timeout_s)).bound_to(
-                request[ANNOUNCED]
-            )
-            serializer = serializer_for(start, config.credentials)
-        except (StreamProtocolError, ValueError) as e:
-            logger.warning("%s stream from %s refused: %s", carrier, request.remote, e)
-            await ws.close(code=POLICY_VIOLATION, message=str(e).encode()[:120])
-            return ws
-        transport = MediaStreamTransport(ws, start, serializer)
-        try:
-            started = start_call(transport, start.call_info())
-        except LineBusy as e:
-            logger.info("%s stream %s refused: %s", carrier, start.stream_id, e)
-            await ws.close(code=TRY_AGAIN_LATER, message=str(e).encode()[:120])
-            return ws
-        logger.info(
-            "%s stream %s (call %s) is call %s",
-            carrier,
-            start.stream_id,
-            start.call_id,
-            started.call_id,
-        )
-        try:
-            await asyncio.shield(started.task)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            # The call logged and recorded its own failure; the socket just closes.
-            pass
-        finally:
-            await transport.close()
-        return ws
-
-    carriers = "{carrier:" + "|".join(CARRIERS) + "}"
-    app.router.add_post(f"/voice/{carriers}", voice)
-    app.router.add_get(f"/media/{carriers}/{{token}}", media)
-    # Without a token: refused by the same guard, with a reason rather than a 404.
-    app.router.add_get(f"/media/{carriers}", media)

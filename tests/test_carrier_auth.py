@@ -27,25 +27,19 @@ from sqlalchemy.orm import Session
 from agent.access import check_routes, rules_of
 from agent.config import ConfigError, Settings
 from agent.console.context import ENGINE
+from agent.server.carrier_auth import TOKEN_TTL_S, SeenWebhooks, StreamTokens
+from agent.server.carriers import MediaStreamConfig, StartedCall, add_carrier_routes
 from agent.store.database import create_engine_for
 from agent.store.tables import MediaStreamToken, SeenWebhook
 from telephony.carrier_auth import (
     MAX_AGE_S,
     MAX_AHEAD_S,
     REPLAY_WINDOW_S,
-    TOKEN_TTL_S,
     Announced,
-    SeenWebhooks,
-    StreamTokens,
     twilio_signature,
 )
 from telephony.line import CallInfo
-from telephony.media_stream import (
-    CarrierCredentials,
-    MediaStreamConfig,
-    StartedCall,
-    add_routes,
-)
+from telephony.media_stream import CarrierCredentials
 from tests.carriers import PUBLIC_URL, Clock, FakeCarrier, stream_path
 
 CALLER = "+15551234567"
@@ -119,7 +113,7 @@ def _app(config: MediaStreamConfig, calls: list[CallInfo], engine: Engine) -> we
     """A worker: the carrier routes on the database at ``engine`` (as ``setup_auth`` sets it)."""
     app = web.Application()
     app[ENGINE] = engine
-    add_routes(app, config, _start_call(calls))
+    add_carrier_routes(app, config, _start_call(calls))
     return app
 
 
@@ -183,18 +177,18 @@ async def test_a_signed_webhook_gets_a_stream_whose_call_has_the_webhooks_number
 
 @pytest.mark.parametrize("carrier", CARRIERS)
 async def test_an_unsigned_webhook_is_refused_and_logged_without_secrets(routes, carrier, caplog):
-    caplog.set_level(logging.WARNING, logger="telephony.carrier_auth")
+    caplog.set_level(logging.WARNING, logger="agent.server.carrier_auth")
     response = await routes.client.post(f"/voice/{carrier}", data=WEBHOOK)
     assert response.status == 403
     assert "unsigned" in (await response.json())["error"]
-    [record] = [r for r in caplog.records if r.name == "telephony.carrier_auth"]
+    [record] = [r for r in caplog.records if r.name == "agent.server.carrier_auth"]
     assert carrier in record.getMessage() and "refused" in record.getMessage()
     assert routes.carrier.twilio_auth_token not in caplog.text
 
 
 @pytest.mark.parametrize("carrier", CARRIERS)
 async def test_a_tampered_body_is_refused(routes, carrier, caplog):
-    caplog.set_level(logging.WARNING, logger="telephony.carrier_auth")
+    caplog.set_level(logging.WARNING, logger="agent.server.carrier_auth")
     body, headers = routes.carrier.sign(carrier, f"{PUBLIC_URL}/voice/{carrier}", WEBHOOK)
     forged = body.replace(b"5551234567", b"5550000000")
     assert forged != body
@@ -284,7 +278,7 @@ async def test_the_replay_memory_is_bounded_by_its_window(routes):
     ],
 )
 async def test_a_telnyx_timestamp_must_be_fresh(routes, age_s, status, caplog):
-    caplog.set_level(logging.WARNING, logger="telephony.carrier_auth")
+    caplog.set_level(logging.WARNING, logger="agent.server.carrier_auth")
     signed_at = routes.clock.now - age_s
     response = await routes.carrier.post(routes.client, "telnyx", WEBHOOK, timestamp=signed_at)
     assert response.status == status
@@ -330,7 +324,7 @@ def test_a_malformed_telnyx_public_key_stops_the_server(key, db_engine):
 
 def test_the_carrier_routes_need_the_database():
     with pytest.raises(RuntimeError, match="setup_auth"):
-        add_routes(web.Application(), _config(FakeCarrier(), Clock()), _start_call([]))
+        add_carrier_routes(web.Application(), _config(FakeCarrier(), Clock()), _start_call([]))
 
 
 def test_the_carrier_secrets_are_not_in_the_settings_repr():

@@ -22,15 +22,13 @@ from agent.console.context import CLOCK, ENGINE, utc_now
 from agent.console.tokens import Tokens
 from agent.runtime.context import AgentRuntime
 from agent.server.app import make_app
-from telephony.livekit import (
-    AGENT_IDENTITY,
-    LiveKitConfig,
+from agent.server.carriers import (
     LiveKitConfigError,
-    access_token,
-    add_routes,
-    transport_for,
+    StartedCall,
+    add_livekit_routes,
+    livekit_config,
 )
-from telephony.media_stream import StartedCall
+from telephony.livekit import AGENT_IDENTITY, LiveKitConfig, access_token, transport_for
 
 CONFIG = LiveKitConfig(url="wss://livekit.example.com", api_key="APIkey", api_secret="s" * 32)
 
@@ -72,15 +70,15 @@ def test_the_transport_joins_the_configured_server_and_room():
 
 
 def test_configuration_is_all_three_or_nothing():
-    assert LiveKitConfig.from_settings(settings()) is None
-    full = LiveKitConfig.from_settings(
+    assert livekit_config(settings()) is None
+    full = livekit_config(
         settings(LIVEKIT_URL="wss://lk", LIVEKIT_API_KEY="k", LIVEKIT_API_SECRET="s")
     )
     assert full == LiveKitConfig("wss://lk", "k", "s")
     with pytest.raises(LiveKitConfigError, match="missing: LIVEKIT_API_SECRET"):
-        LiveKitConfig.from_settings(settings(LIVEKIT_URL="wss://lk", LIVEKIT_API_KEY="k"))
+        livekit_config(settings(LIVEKIT_URL="wss://lk", LIVEKIT_API_KEY="k"))
     with pytest.raises(LiveKitConfigError, match="LIVEKIT_URL must be"):
-        LiveKitConfig.from_settings(
+        livekit_config(
             settings(LIVEKIT_URL="lk.example.com", LIVEKIT_API_KEY="k", LIVEKIT_API_SECRET="s")
         )
 
@@ -100,7 +98,7 @@ async def dispatcher(db_engine):
 
     app = web.Application()
     app[ENGINE], app[CLOCK] = db_engine, utc_now
-    add_routes(app, CONFIG, 16000, start)
+    add_livekit_routes(app, CONFIG, 16000, start)
     token, _ = Tokens(db_engine).create("room", ["livekit:dispatch"], utc_now(), by=BY_CODE)
     headers = {"Authorization": f"Bearer {token}"}
     async with TestClient(TestServer(app), headers=headers) as client:

@@ -27,15 +27,13 @@ from agent.config import Settings
 from agent.console.context import ENGINE
 from agent.runtime.context import AgentRuntime
 from agent.server.app import make_app
+from agent.server.carriers import MediaStreamConfig, StartedCall, add_carrier_routes
 from agent.store.tables import Call as CallRow
 from telephony.media_stream import (
     POLICY_VIOLATION,
     CarrierCredentials,
-    MediaStreamConfig,
     MediaStreamTransport,
-    StartedCall,
     StreamProtocolError,
-    add_routes,
     connect_document,
     parse_start,
     serializer_for,
@@ -232,7 +230,7 @@ async def bare_routes(signer, db_engine):
     def refuse(_transport, _info):
         raise AssertionError("no call may start on a broken stream")
 
-    add_routes(app, routes_config(signer, start_timeout_s=0.3), refuse)
+    add_carrier_routes(app, routes_config(signer, start_timeout_s=0.3), refuse)
     async with TestClient(TestServer(app)) as client:
         yield client, signer
 
@@ -372,7 +370,7 @@ async def test_the_transport_carries_digits_paces_audio_and_clears_on_barge_in(s
         return StartedCall("t" * 32, runs[0])
 
     app = carrier_app(db_engine)
-    add_routes(app, routes_config(signer), start)
+    add_carrier_routes(app, routes_config(signer), start)
     async with TestClient(TestServer(app)) as client:
         ws = await client.ws_connect(await stream_of(client, signer, "twilio", Clock().now))
         sid = stream_fields("twilio")

@@ -70,14 +70,17 @@ from agent.conversation.scenarios import account_from
 from agent.pipeline.call import Call, CallContext
 from agent.pipeline.live import CALLS, LiveCall, LiveCalls, Reservation
 from agent.runtime.context import AgentRuntime
+from agent.server.carriers import (
+    StartedCall,
+    add_carrier_routes,
+    add_livekit_routes,
+    carrier_config,
+    livekit_config,
+)
 from agent.server.hygiene import add_security
 from agent.server.metrics import add_metrics, observe_call
 from agent.store.tables import Role
 from telephony.line import CallInfo, LineBusy, LineError
-from telephony.livekit import LiveKitConfig
-from telephony.livekit import add_routes as add_livekit_routes
-from telephony.media_stream import StartedCall, carrier_config
-from telephony.media_stream import add_routes as add_carrier_routes
 from telephony.rtp import RtpSession
 from telephony.sip.session_timer import SESSION_EXPIRED, SessionTimers
 from telephony.sip.ua import SipCall, SipEndpoint
@@ -572,7 +575,7 @@ def make_app(ctx: CallContext) -> web.Application:
     add_carrier_routes(app, carrier_config(ctx.settings), lambda t, i: start_call(app, t, i))
     add_livekit_routes(
         app,
-        LiveKitConfig.from_settings(ctx.settings),
+        livekit_config(ctx.settings),
         ctx.settings.audio_in_sample_rate,
         lambda t, i: start_call(app, t, i),
     )

@@ -623,7 +623,7 @@ class ApiToken(Base):
 
 
 class MediaStreamToken(Base):
-    """A media stream a signed voice webhook announced (``telephony.carrier_auth``), until
+    """A media stream a signed voice webhook announced (``agent.server.carrier_auth``), until
     its socket spends it: in the database, so any worker or pod may take the socket. Only
     the token's SHA-256 is kept, as for sessions."""
 
