@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from agent.conversation.intents import understand
 from agent.conversation.invariants import Line, check_conversation
 from agent.conversation.policy import ConversationPolicy, Stage, Templates
 from agent.conversation.prompts import PromptSet
 from agent.conversation.scenarios import account_from
-from agent.conversation.understanding import understand
 
 PROMPTS = PromptSet.load("collections-v2")
 TEMPLATES = [*PROMPTS.templates.values(), PROMPTS.greeting]

@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.config import Settings
+from agent.conversation.intents import understand
+from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.scenarios import builtin_scenarios
 from agent.ledger.latency import (
     MEANINGS,
@@ -555,7 +557,6 @@ def run_guard_bench(
 
     from agent.conversation.guard import GuardContext, Instruction, OutputGuard
     from agent.conversation.scenarios import account_from
-    from agent.conversation.understanding import redact_card_numbers, understand
 
     agent, caller = _guard_bench_corpus()
     guard = OutputGuard()

@@ -76,18 +76,14 @@ from sqlalchemy import Engine, exists, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from agent.campaigns.portfolio import REQUIRED_COLUMNS, account_for, import_portfolio, to_e164
-from agent.campaigns.predial import (
-    DialRequest,
-    record_call,
-    record_outcome,
-    reserve_attempt,
-)
+from agent.campaigns.predial import DialRequest, record_call, record_outcome, reserve_attempt
 from agent.config import Settings
 from agent.conversation.guard import GuardContext, OutputGuard
+from agent.conversation.intents import Expectation, understand
 from agent.conversation.policy import Account, ConversationPolicy, PolicyEvent, Stage, Templates
 from agent.conversation.prompts import PromptSet
+from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.scenarios import Scenario, builtin_scenarios
-from agent.conversation.understanding import Expectation, redact_card_numbers, understand
 from agent.ledger.latency import DEFINITION
 from agent.ledger.pricebook import CallUsage, PriceBook, price_call
 from agent.ledger.quantiles import percentile

@@ -32,8 +32,8 @@ from agent.campaigns.portfolio import account_for
 from agent.campaigns.predial import Decision, DialRequest, Ledger, check, contact_ledger, masked
 from agent.config import Settings, hide_password
 from agent.conversation.policy import Account, ConversationPolicy, Templates
+from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.scenarios import Scenario, outcome_of
-from agent.conversation.understanding import redact_card_numbers
 from agent.ledger.latency import MEANINGS, RESPONSE, TARGETS_MS, VOICE_TO_VOICE
 from agent.ledger.quantiles import percentile
 from agent.ledger.records import TurnRecord

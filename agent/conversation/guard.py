@@ -78,14 +78,14 @@ from pipecat.utils.string import match_endofsentence
 
 from agent.conversation.english import FOREIGN_WORDS, GENERIC_WORDS, STOP_WORDS, is_english, stem
 from agent.conversation.policy import Account
-from agent.conversation.understanding import (
+from agent.conversation.redaction import redact_card_numbers
+from agent.conversation.spoken_numbers import (
     NUMBER_PATTERN,
     ORDINAL_WORDS,
     TENS_WORDS,
     UNIT_WORDS,
     find_money,
     parse_number,
-    redact_card_numbers,
 )
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from agent.conversation.policy import Account, ConversationPolicy, dollars, spoken_date
-from agent.conversation.understanding import redact_card_numbers
+from agent.conversation.redaction import redact_card_numbers
 
 #: The one verifier question that may name an account (rule C3's "last four").
 _VERIFIER = re.compile(r"last four digits of your account number", re.I)

@@ -1,7 +1,7 @@
 """The conversation policy: what the agent may say at each point of a collection call.
 
 A deterministic state machine, one per call. It reads each caller turn through
-``agent.conversation.understanding`` (rules, not the LLM), moves between stages and answers
+``agent.conversation.intents`` (rules, not the LLM), moves between stages and answers
 with fixed templates from ``prompts/`` spoken verbatim. The LLM may phrase
 some questions in production; it never decides what is legal.
 
@@ -44,7 +44,7 @@ from enum import StrEnum
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agent.conversation.understanding import (
+from agent.conversation.intents import (
     Expectation,
     Intent,
     PaymentMethod,

@@ -54,13 +54,8 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.conversation.policy import ConversationPolicy, PolicyEvent
-from agent.conversation.understanding import (
-    CARD_REMOVED,
-    CODE_REMOVED,
-    DIGIT_ITEM,
-    EXPIRY_REMOVED,
-    digit_groups,
-)
+from agent.conversation.redaction import CARD_REMOVED, CODE_REMOVED, EXPIRY_REMOVED
+from agent.conversation.spoken_numbers import DIGIT_ITEM, digit_groups
 
 EventSink = Callable[[PolicyEvent], None]
 

@@ -56,7 +56,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.conversation.guard import GuardContext, Instruction, OutputGuard, Verdict
 from agent.conversation.policy import ConversationPolicy, PolicyEvent, Reply
-from agent.conversation.understanding import redact_card_numbers
+from agent.conversation.redaction import redact_card_numbers
 from agent.pipeline.phrasing import Phrasing, Push
 from agent.pipeline.playout import EPOCH, TAG, PlayedFrame, Playout
 from agent.pipeline.speculation import Speculation

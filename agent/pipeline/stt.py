@@ -55,7 +55,7 @@ from pipecat.services.stt_service import STTService
 from pipecat.utils.time import time_now_iso8601
 
 from agent.conversation.policy import PolicyEvent
-from agent.conversation.understanding import redact_card_numbers
+from agent.conversation.redaction import redact_card_numbers
 
 logger = logging.getLogger(__name__)
 
