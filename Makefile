@@ -63,4 +63,4 @@ test: $(VENV)/.installed-test system-test-deps vendor
 	$(PY) -m pytest
 
 lint: $(VENV)/.installed-lint
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy agent telephony infra
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy agent telephony infra tools
