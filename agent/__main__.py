@@ -250,7 +250,7 @@ async def _run_campaign(
     from agent.campaigns.dialer import Dialer
     from agent.runtime.context import AgentRuntime
     from agent.server.app import converse, make_app, sip_endpoint
-    from telephony.sip.ua import SipCall
+    from telephony.sip.call import SipCall
 
     async def decline(line: SipCall) -> None:
         await line.hang_up()  # this process only dials out

@@ -47,8 +47,9 @@ from agent.runtime.embedded import ModelServers
 from agent.server.app import converse, make_app
 from agent.store.database import create_engine_for, upgrade
 from agent.store.tables import Call, CallEvent, ContactAttempt, Debt
+from telephony.sip.call import SipCall
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import DialResult, SipCall, SipEndpoint
+from telephony.sip.ua import DialResult, SipEndpoint
 from tests.test_sipp import free_udp_port
 
 pytestmark = pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed")

@@ -38,6 +38,7 @@ from telephony import dtmf
 from telephony.rtp import Gap, JitterBuffer, RtpSession, RtpStats
 from telephony.sip import sdp
 from telephony.sip.auth import AuthError, DigestChallenger, authorization, parse_digest
+from telephony.sip.call import SipCall
 from telephony.sip.dialog import Dialog
 from telephony.sip.message import (
     MAX_HEADER_LINE,
@@ -51,7 +52,7 @@ from telephony.sip.message import (
     parse,
 )
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall, SipEndpoint, open_rtp
+from telephony.sip.ua import SipEndpoint, open_rtp
 
 settings.register_profile(
     "fuzz-ci",

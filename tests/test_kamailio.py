@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from telephony.sip.call import SipCall
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall, SipEndpoint
+from telephony.sip.ua import SipEndpoint
 
 ROOT = Path(__file__).parent.parent
 CONFIG = ROOT / "infra" / "kamailio" / "kamailio.cfg"

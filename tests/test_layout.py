@@ -27,7 +27,6 @@ OVERSIZED: dict[str, int] = {
     "agent/conversation/guard.py": 1080,
     "agent/conversation/policy.py": 1134,
     "agent/ledger/plan.py": 1183,
-    "telephony/sip/ua.py": 892,
     "tools/bench_console.py": 1130,
     "tools/bench_endpoint.py": 1225,
     "tools/bench_sip.py": 1241,

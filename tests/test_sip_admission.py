@@ -33,9 +33,9 @@ from infra.stub_server import create_app
 from telephony import g711
 from telephony.sip import sdp
 from telephony.sip import ua as ua_module
+from telephony.sip.call import SipCall
 from telephony.sip.message import NameAddr, SipRequest, SipResponse, make_response, parse
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall
 from tests.test_sipp import SCENARIOS, free_udp_port
 
 HOST = "127.0.0.1"

@@ -9,9 +9,10 @@ from aiortc.rtp import RtpPacket
 
 from telephony.rtp import RtpSession
 from telephony.sip import sdp
+from telephony.sip.call import SipCall
 from telephony.sip.message import SipResponse, parse
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall, SipEndpoint
+from telephony.sip.ua import SipEndpoint
 
 HOST = "127.0.0.1"
 #: Not where the INVITE comes from (HOST): the SDP's address says NAT.

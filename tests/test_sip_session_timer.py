@@ -25,6 +25,7 @@ from agent.runtime.context import AgentRuntime
 from agent.server.app import CALLS, SIP, make_app
 from infra.stub_server import create_app
 from telephony.sip import sdp
+from telephony.sip.call import MediaSession, SipCall
 from telephony.sip.message import Headers, NameAddr, SipRequest, SipResponse, make_response, parse
 from telephony.sip.session_timer import (
     SESSION_EXPIRED,
@@ -38,7 +39,7 @@ from telephony.sip.session_timer import (
     session_expires,
 )
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import MediaSession, SipCall, SipEndpoint
+from telephony.sip.ua import SipEndpoint
 from tests.test_sip_admission import Phone, sip_calls
 from tests.test_sipp import sipp
 

@@ -30,9 +30,10 @@ from pathlib import Path
 import pytest
 
 from telephony.line import LineBusy
+from telephony.sip.call import SipCall
 from telephony.sip.message import SipParseError, SipRequest, SipResponse, parse
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall, SipEndpoint
+from telephony.sip.ua import SipEndpoint
 
 DATA = Path(__file__).parent / "data" / "rfc4475"
 FAST = Timers(t1=0.02, t2=0.08, t4=0.1)

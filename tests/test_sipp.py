@@ -13,8 +13,9 @@ import pytest
 
 from telephony import g711
 from telephony.rtp import RtpClosed, RtpSession
+from telephony.sip.call import SipCall
 from telephony.sip.transaction import Timers
-from telephony.sip.ua import SipCall, SipEndpoint
+from telephony.sip.ua import SipEndpoint
 
 SCENARIOS = Path(__file__).parent / "sipp"
 pytestmark = pytest.mark.skipif(shutil.which("sipp") is None, reason="sipp not installed")

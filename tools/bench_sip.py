@@ -464,12 +464,12 @@ async def _plain_sip_worker(
     from pipecat.frames.frames import TTSSpeakFrame
     from pipecat.workers.runner import WorkerRunner
 
-    from telephony.sip.ua import SipCall, SipEndpoint
+    from telephony.sip import call, ua
 
     meters = _Sessions()
     live: set[str] = set()
 
-    async def on_call(line: SipCall) -> None:
+    async def on_call(line: call.SipCall) -> None:
         await line.answer()
         if line.state != "confirmed":
             return
@@ -495,7 +495,7 @@ async def _plain_sip_worker(
             await line.hang_up()
 
     assert ctx.settings.sip_port is not None
-    endpoint = SipEndpoint(
+    endpoint = ua.SipEndpoint(
         ctx.settings.sip_host, ctx.settings.sip_port, on_call=on_call, media=meters.open
     )
 

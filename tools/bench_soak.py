@@ -3,8 +3,7 @@
 The worker is a process of its own running the agent server's call path (``make_app``: the
 SIP user agent, RTP, the pipeline, records in a real SQLite file) on stub models
 (``infra/stub_server.py``, one process): the soak measures the plumbing, not the models. It
-runs with ``MAX_CALLS`` set to the calls held and ``RTP_TIMEOUT_S`` short (``RTP_TIMEOUT_S``
-below), so that abandoned calls end within seconds.
+runs with ``MAX_CALLS`` set to the calls held and a short ``RTP_TIMEOUT_S`` (below).
 
 The callers are this process: each call is its own ``SipEndpoint`` (our UA, as a UAC,
 ``SipEndpoint.invite`` as the dialer uses it) on its own UDP port, with a small RTP sender
@@ -62,7 +61,8 @@ from telephony.sip.message import SipRequest, SipResponse
 if TYPE_CHECKING:  # the RTP engine and the UA (pipecat's transports) when a soak runs only
     from agent.runtime.embedded import ServerProcess
     from telephony.rtp import RtpStats
-    from telephony.sip.ua import MediaSession, SipCall, SipEndpoint
+    from telephony.sip.call import MediaSession, SipCall
+    from telephony.sip.ua import SipEndpoint
 
 #: The ways a call goes, and how often after the first of each (the plan's first calls are
 #: one of each kind, so that even a short soak has them all).

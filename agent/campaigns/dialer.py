@@ -38,8 +38,9 @@ from agent.campaigns.portfolio import RowError, account_for, to_e164
 from agent.campaigns.predial import Decision, DialRequest, masked, record_outcome, reserve_attempt
 from agent.conversation.policy import Account
 from agent.store.tables import AttemptOutcome, Debt
+from telephony.sip.call import SipCall
 from telephony.sip.message import uri_host_port
-from telephony.sip.ua import DialResult, SipCall, SipEndpoint
+from telephony.sip.ua import DialResult, SipEndpoint
 
 logger = logging.getLogger(__name__)
 

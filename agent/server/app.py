@@ -82,8 +82,9 @@ from agent.server.metrics import add_metrics, observe_call
 from agent.store.tables import Role
 from telephony.line import CallInfo, LineBusy, LineError
 from telephony.rtp import RtpSession
+from telephony.sip.call import SipCall
 from telephony.sip.session_timer import SESSION_EXPIRED, SessionTimers
-from telephony.sip.ua import SipCall, SipEndpoint
+from telephony.sip.ua import SipEndpoint
 from telephony.webrtc import Offer, OfferError, accept, transport_for
 
 logger = logging.getLogger(__name__)
