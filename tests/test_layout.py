@@ -30,7 +30,7 @@ OVERSIZED: dict[str, int] = {
     "tools/bench_console.py": 1130,
     "tools/bench_endpoint.py": 1225,
     "tools/bench_sip.py": 1241,
-    "tools/bench_soak.py": 1031,
+    "tools/bench_soak.py": 1010,
     "tools/demo.py": 1621,
 }
 #: Functions over the limit today (path:qualified name), with their length.

@@ -39,7 +39,6 @@ import random
 import signal
 import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -100,7 +99,6 @@ STEADY_S = 600.0
 WORKER_START_TIMEOUT_S = 90.0
 LIMIT_S = 0.005
 SIP_HOST = "127.0.0.1"
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 class SoakError(RuntimeError):
@@ -710,32 +708,6 @@ def _show(text: str, error: bool = False) -> None:
     print(text, file=sys.stderr if error else sys.stdout, flush=True)  # noqa: T201
 
 
-def _launch_worker(port: int, env: dict[str, str], workdir: Path) -> ServerProcess:
-    from agent.runtime.embedded import ServerProcess, _die_with_parent
-
-    log_path = workdir / "worker.log"
-    command = [
-        sys.executable, "-m", "tools.bench_soak", "--host", "127.0.0.1", "--port", str(port),
-        "--log-level", "WARNING",
-    ]  # fmt: skip
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
-    full_env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
-    )
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=full_env,
-            cwd=PROJECT_ROOT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(),
-        )
-    return ServerProcess("soak worker", process, f"http://127.0.0.1:{port}", log_path)
-
-
 async def _idle(
     worker: Worker,
     callers: Callers,
@@ -769,7 +741,7 @@ async def _progress(
 
 async def run_soak(calls: int, minutes: float, seed: int, progress_s: float = PROGRESS_S) -> Soak:
     """Start the stub models and the worker, warm up, churn for ``minutes``, drain, read."""
-    from agent.runtime.embedded import ModelServers, ServerStartError, free_port
+    from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError, free_port
     from tools.bench_sip import _caller_audio
 
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
@@ -792,7 +764,14 @@ async def run_soak(calls: int, minutes: float, seed: int, progress_s: float = PR
                 "RECORDING_STORE": "off",
                 "WORKER_ID": "soak",
             }
-            process = _launch_worker(port, env, workdir)
+            process = ServerProcess.launch(
+                "worker",
+                "tools.bench_soak",
+                port=port,
+                log_dir=workdir,
+                args=["--log-level", "WARNING"],
+                env=env,
+            )
             try:
                 await process.wait_healthy(WORKER_START_TIMEOUT_S)
                 async with aiohttp.ClientSession() as http:

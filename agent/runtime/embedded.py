@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -107,13 +107,15 @@ class ServerProcess:
         port: int | None = None,
         log_dir: Path = DEFAULT_LOG_DIR,
         args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
     ) -> ServerProcess:
-        """Start ``python -m <module> --host H --port P``, output to ``<log_dir>/<name>.log``."""
+        """Start ``python -m <module> --host H --port P``, output to ``<log_dir>/<name>.log``,
+        with ``env`` over this process's environment."""
         port = port or free_port(host)
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir.resolve() / f"{name}.log"
         command = [sys.executable, "-m", module, "--host", host, "--port", str(port), *args]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(_PROJECT_ROOT), os.environ.get("PYTHONPATH")])
         )
