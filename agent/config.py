@@ -311,7 +311,7 @@ class Settings:
     #: Where outbound calls go (the trunk), and our credentials for its challenges.
     sip_trunk: str | None = None
     sip_trunk_auth: tuple[str, str] | None = None
-    #: Symmetric RTP (telephony/rtp.py's ``Latch``): auto (callers that look to be behind
+    #: Symmetric RTP (telephony/rtp/session.py's ``Latch``): auto (callers that look to be behind
     #: NAT), on or off.
     sip_symmetric_rtp: str = "auto"
     #: A SIP call whose caller's RTP stops this long (not while on hold) ends (media_timeout).

@@ -202,7 +202,7 @@ def _running_descendants() -> dict[int, str]:
     process holds open, and their own tests end their parents)."""
     from multiprocessing import resource_tracker
 
-    from telephony.rtp_sender import SENDER
+    from telephony.rtp.sender import SENDER
 
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():

@@ -21,7 +21,7 @@ from pathlib import Path
 import atheris
 
 with atheris.instrument_imports(include=["telephony"]):
-    import telephony.dtmf
+    import telephony.rtp.dtmf
     import telephony.sip.auth
     import telephony.sip.message
     import telephony.sip.sdp  # noqa: F401  (instrumented before the oracles import them)

@@ -4,7 +4,7 @@ from tools.bench_profile import OTHER, SENDER, SMART_TURN, part_of, summarize, t
 
 WORKER = 'process 100:"python -m tools.bench_sip --calls 8";'
 SPAWNED = 'process 100:"python -m tools.bench_sip";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
-SENDING = 'process 100:"python -m tools.bench_sip";process 102:"python -m telephony.rtp_sender 23";'
+SENDING = 'process 100:"python -m tools.bench_sip";process 102:"python -m telephony.rtp.sender 23";'
 RAW = f"""\
 {WORKER}thread (1): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 500
 {WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);__input_frame_task_handler (pipecat/processors/frame_processor.py:1339);get (asyncio/queues.py:155) 30
@@ -15,8 +15,8 @@ RAW = f"""\
 {WORKER}thread (4): ThreadPoolExecutor-1_0;_worker (concurrent/futures/thread.py:81) 900
 {WORKER}thread (5): store-writer;_run (agent/store/database.py:300) 40
 {WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);_run (asyncio/events.py:80) 5
-{SENDING}thread (7): MainThread;run (telephony/rtp_sender.py:313);run_due (telephony/pacer.py:90);send_slot (telephony/rtp_sender.py:230) 25
-{SENDING}thread (7): MainThread;run (telephony/rtp_sender.py:307) 400
+{SENDING}thread (7): MainThread;run (telephony/rtp/sender.py:313);run_due (telephony/rtp/pacer.py:90);send_slot (telephony/rtp/sender.py:230) 25
+{SENDING}thread (7): MainThread;run (telephony/rtp/sender.py:307) 400
 {SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);_predict (agent/pipeline/smart_turn.py:45);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 60
 {SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);get (multiprocessing/queues.py:103) 70
 """  # noqa: E501
@@ -40,7 +40,7 @@ def test_each_sample_counts_for_its_innermost_part_and_waits_are_idle() -> None:
 
 def test_an_idle_leaf_is_no_part() -> None:
     assert part_of(["_run_once (asyncio/base_events.py:1922)", "select (selectors.py:468)"]) is None
-    assert part_of(["run (telephony/rtp_sender.py:307)"]) is None
+    assert part_of(["run (telephony/rtp/sender.py:307)"]) is None
     assert part_of([]) is None
 
 

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from telephony.rtp_sender import LatenessHistogram
+from telephony.rtp.sender import LatenessHistogram
 from tools.bench_sip import (
     ANSWER_SLACK_MS,
     Packets,

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from telephony.rtp_sender import LatenessHistogram
+from telephony.rtp.sender import LatenessHistogram
 from tools.bench_soak import (
     CALL_S,
     FD_TOLERANCE,

@@ -40,7 +40,7 @@ from agent.pipeline.turns import TurnLedger
 from agent.runtime.context import AgentRuntime
 from agent.store.tables import Call as CallRow
 from agent.store.tables import CallEvent
-from telephony.livekit import LiveKitConfig, transport_for
+from telephony.carriers.livekit import LiveKitConfig, transport_for
 from telephony.loopback import LoopbackInputTransport, LoopbackTransport
 from tools.simulate import portfolio_account
 

@@ -36,7 +36,7 @@ from agent.pipeline.card_guard import (
     longest_digit_run,
     warning_for,
 )
-from telephony.rtp import RtpSession
+from telephony.rtp.session import RtpSession
 
 PROMPTS = PromptSet.load("collections-v2")
 WARNING = PROMPTS.templates["no_card_numbers"]

@@ -31,7 +31,8 @@ from agent.server.carrier_auth import TOKEN_TTL_S, SeenWebhooks, StreamTokens
 from agent.server.carriers import MediaStreamConfig, StartedCall, add_carrier_routes
 from agent.store.database import create_engine_for
 from agent.store.tables import MediaStreamToken, SeenWebhook
-from telephony.carrier_auth import (
+from telephony.carriers.media_stream import CarrierCredentials
+from telephony.carriers.signatures import (
     MAX_AGE_S,
     MAX_AHEAD_S,
     REPLAY_WINDOW_S,
@@ -39,7 +40,6 @@ from telephony.carrier_auth import (
     twilio_signature,
 )
 from telephony.line import CallInfo
-from telephony.media_stream import CarrierCredentials
 from tests.carriers import PUBLIC_URL, Clock, FakeCarrier, stream_path
 
 CALLER = "+15551234567"

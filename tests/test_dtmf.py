@@ -2,7 +2,7 @@
 
 import pytest
 
-from telephony import dtmf
+from telephony.rtp import dtmf
 from tests.pcap import SIPP_PCAPS, read_pcap_udp_payloads
 
 

@@ -34,8 +34,8 @@ from aiortc.rtp import RtpPacket
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from telephony import dtmf
-from telephony.rtp import Gap, JitterBuffer, RtpSession, RtpStats
+from telephony.rtp import dtmf
+from telephony.rtp.session import Gap, JitterBuffer, RtpSession, RtpStats
 from telephony.sip import sdp
 from telephony.sip.auth import AuthError, DigestChallenger, authorization, parse_digest
 from telephony.sip.call import SipCall

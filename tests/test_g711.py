@@ -5,7 +5,7 @@ import warnings
 import numpy as np
 import pytest
 
-from telephony import g711
+from telephony.rtp import g711
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -28,7 +28,7 @@ from agent.server.carriers import (
     add_livekit_routes,
     livekit_config,
 )
-from telephony.livekit import AGENT_IDENTITY, LiveKitConfig, access_token, transport_for
+from telephony.carriers.livekit import AGENT_IDENTITY, LiveKitConfig, access_token, transport_for
 
 CONFIG = LiveKitConfig(url="wss://livekit.example.com", api_key="APIkey", api_secret="s" * 32)
 

@@ -29,7 +29,7 @@ from agent.runtime.context import AgentRuntime
 from agent.server.app import make_app
 from agent.server.carriers import MediaStreamConfig, StartedCall, add_carrier_routes
 from agent.store.tables import Call as CallRow
-from telephony.media_stream import (
+from telephony.carriers.media_stream import (
     POLICY_VIOLATION,
     CarrierCredentials,
     MediaStreamTransport,

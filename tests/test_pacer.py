@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from telephony.pacer import Pacer, Schedule
+from telephony.rtp.pacer import Pacer, Schedule
 
 
 class Stream:

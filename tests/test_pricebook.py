@@ -13,7 +13,7 @@ import pytest
 
 from agent.ledger.pricebook import DEFAULT_PATH, CallUsage, PriceBook, price_call
 from agent.ledger.records import TRANSPORTS, CallStarted, new_call_id
-from telephony.media_stream import CARRIERS
+from telephony.carriers.media_stream import CARRIERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -147,7 +147,10 @@ def test_the_transports_are_those_the_code_names() -> None:
                     unread.append(f"{source.relative_to(ROOT)}: {ast.unparse(arg.value)}")
     # Read at run time: the server passes a CallInfo's path on; a carrier's media stream
     # is one of CARRIERS.
-    assert unread == ["agent/server/app.py: info.path", "telephony/media_stream.py: self.carrier"]
+    assert unread == [
+        "agent/server/app.py: info.path",
+        "telephony/carriers/media_stream.py: self.carrier",
+    ]
     assert named | set(CARRIERS) == set(TRANSPORTS)
 
 

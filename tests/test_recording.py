@@ -491,7 +491,7 @@ async def test_keypad_tones_sent_in_band_are_not_kept(tmp_path):
 
 @pytest.mark.parametrize("rate", [16000, 8000])
 def test_a_keypad_tone_is_told_from_speech(rate):
-    from telephony import g711
+    from telephony.rtp import g711
 
     frame = rate // 50
     tones = keypad("1590#", rate, on_s=0.1, off_s=0.0)
@@ -532,7 +532,7 @@ async def test_a_card_number_the_recognizer_dropped_is_not_kept(tmp_path, rate):
     """The reviewers' case on real audio: the recognizer kept only "I'll just pay it all
     now.", payment was not open (the worst case: the policy never knew), and the stored
     caller channel is still silence wherever the card was read."""
-    from telephony import g711
+    from telephony.rtp import g711
 
     greeting = speech_pcm("Yes, this is Jordan Smith.", rate)
     card = speech_pcm(

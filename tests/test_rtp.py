@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from aiortc.rtp import RtpPacket
 
-from telephony import g711
-from telephony.rtp import (
+from telephony.rtp import g711
+from telephony.rtp.sender import LatenessHistogram
+from telephony.rtp.session import (
     Gap,
     JitterBuffer,
     Latch,
@@ -19,7 +20,6 @@ from telephony.rtp import (
     RtpStats,
     behind_nat,
 )
-from telephony.rtp_sender import LatenessHistogram
 from tests.pcap import SIPP_PCAPS, read_pcap_udp_payloads
 
 HOST = "127.0.0.1"

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from aiortc.rtp import RtpPacket
 
-from telephony import g711
-from telephony.rtp_sender import (
+from telephony.rtp import g711
+from telephony.rtp.sender import (
     MAX_UNDERRUN_SLOTS,
     OutboundStream,
     RtpSender,
@@ -227,7 +227,7 @@ async def test_the_sender_ignores_sigterm_and_ends_with_its_worker() -> None:
     script = textwrap.dedent(
         """
         import socket, sys, time
-        from telephony.rtp_sender import RtpSender, StreamConfig
+        from telephony.rtp.sender import RtpSender, StreamConfig
         sock = socket.socket(type=socket.SOCK_DGRAM)
         sock.bind(("127.0.0.1", 0))
         sender = RtpSender()
@@ -265,7 +265,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_without_the_privilege_realtime_priority_is_refused_with_the_reason() -> None:
-    probe = [sys.executable, "-c", "from telephony import rtp_sender as s\n"
+    probe = [sys.executable, "-c", "from telephony.rtp import sender as s\n"
              "print(s.take_realtime_priority())"]  # fmt: skip
     if os.geteuid() == 0:  # root: the same without the capability
         probe = ["setpriv", "--bounding-set=-sys_nice", "--", *probe]
@@ -279,7 +279,7 @@ def test_realtime_priority_is_not_inherited_by_children() -> None:
     script = textwrap.dedent(
         """
         import os, subprocess, sys
-        from telephony.rtp_sender import take_realtime_priority
+        from telephony.rtp.sender import take_realtime_priority
         refused = take_realtime_priority()
         child = subprocess.run(
             [sys.executable, "-c", "import os; print(os.sched_getscheduler(0))"],

@@ -37,7 +37,7 @@ async def test_start_migrates_marks_the_dead_process_calls_and_names_the_models(
 async def test_start_readies_the_process_for_calls(db_url, tmp_path):
     import gc
 
-    from telephony.rtp_sender import SENDER
+    from telephony.rtp.sender import SENDER
 
     settings = Settings.from_env(
         {"DATABASE_URL": db_url, "DATA_DIR": str(tmp_path), "SIP_PORT": "0"}

@@ -30,7 +30,7 @@ from agent.runtime.context import AgentRuntime
 from agent.server.app import CALLS, CTX, SIP, make_app
 from agent.store.tables import Call
 from infra.stub_server import create_app
-from telephony import g711
+from telephony.rtp import g711
 from telephony.sip import sdp
 from telephony.sip import ua as ua_module
 from telephony.sip.call import SipCall

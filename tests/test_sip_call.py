@@ -27,7 +27,7 @@ from agent.runtime.context import AgentRuntime
 from agent.server.app import CALLS, SIP, make_app
 from agent.store.tables import Call
 from infra.stub_server import create_app
-from telephony import g711
+from telephony.rtp import g711
 from tests.audio import speech_pcm, words
 from tests.conftest import settings_for
 from tests.test_sipp import free_udp_port, sipp

@@ -1,5 +1,5 @@
 """A caller behind NAT: its SDP advertises one address, its RTP comes from another, and
-the call's audio still flows both ways (symmetric RTP, telephony/rtp.py's ``Latch``)."""
+the call's audio still flows both ways (symmetric RTP, telephony/rtp/session.py's ``Latch``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 
 from aiortc.rtp import RtpPacket
 
-from telephony.rtp import RtpSession
+from telephony.rtp.session import RtpSession
 from telephony.sip import sdp
 from telephony.sip.call import SipCall
 from telephony.sip.message import SipResponse, parse

@@ -10,11 +10,11 @@ import pytest
 from telephony.line import LineBusy, LineError
 from telephony.sip import ratelimit, sdp
 from telephony.sip.call import MediaSession, SipCall
+from telephony.sip.media import SipTransport
 from telephony.sip.message import SipRequest, SipResponse, make_response, parse
 from telephony.sip.ratelimit import RateLimiter
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import SipEndpoint
-from telephony.sip_transport import SipTransport
 
 FAST = Timers(t1=0.05, t2=0.2, t4=0.2)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from telephony import g711
-from telephony.rtp import RtpClosed, RtpSession
+from telephony.rtp import g711
+from telephony.rtp.session import RtpClosed, RtpSession
 from telephony.sip.call import SipCall
 from telephony.sip.transaction import Timers
 from telephony.sip.ua import SipEndpoint

@@ -36,7 +36,7 @@ import numpy as np
 import soxr
 
 from agent.conversation.prompts import PromptSet
-from telephony import g711
+from telephony.rtp import g711
 from tools.corpus import CorpusScript, Outcome, hold, load_corpus, score
 
 logger = logging.getLogger(__name__)

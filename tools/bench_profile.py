@@ -6,7 +6,7 @@ path: each sample of the worker's event loop counts for the part of the innermos
 of its stack that belongs to one (so the time aiohttp spends writing the STT's websocket
 counts for the STT client, the time asyncio's queues spend between two processors for
 pipecat's frame hops). The worker's helper processes on the same core count whole: every
-busy sample of the RTP sender (``telephony.rtp_sender``) for the outgoing packets, every
+busy sample of the RTP sender (``telephony.rtp.sender``) for the outgoing packets, every
 sample of the smart-turn process running its model for smart-turn (so does a thread of
 the worker running it, as pipecat's own analyzer does). Samples of a loop waiting in
 ``select`` are idle and left out; so are the worker's other threads.
@@ -22,8 +22,11 @@ from pathlib import Path
 
 #: Parts of the path, first match wins, each a list of substrings of a frame's file.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("RTP in (socket, jitter buffer, G.711 decode)", ("telephony/rtp.py", "telephony/g711.py")),
-    ("SIP transport (frames in and out)", ("telephony/sip_transport.py",)),
+    (
+        "RTP in (socket, jitter buffer, G.711 decode)",
+        ("telephony/rtp/session.py", "telephony/rtp/g711.py"),
+    ),
+    ("SIP transport (frames in and out)", ("telephony/sip/media.py",)),
     ("VAD", ("pipecat/audio/vad/", "webrtcvad", "agent/pipeline/vad.py")),
     ("smart-turn (features, ONNX)", ("smart_turn", "onnxruntime")),  # SMART_TURN
     ("resampling", ("pipecat/audio/resamplers", "soxr")),
@@ -55,7 +58,7 @@ IDLE_LEAVES = (
     "EpollSelector.select",
     "select (selectors.py",
     "_worker (concurrent/futures",
-    "run (telephony/rtp_sender.py",  # the sender's own select
+    "run (telephony/rtp/sender.py",  # the sender's own select
 )
 #: py-spy --subprocesses names each sample's processes first: ``process PID:"command";``.
 _PROCESSES = re.compile(r'^((?:process \d+:"[^"]*";)*)(.*)$', re.DOTALL)
@@ -84,7 +87,7 @@ def summarize(raw: str) -> tuple[Counter[str], int]:
         thread, *frames = rest.split(";")
         command = processes.rsplit("process ", 1)[-1]
         part = None
-        if "telephony.rtp_sender" in command:
+        if "telephony.rtp.sender" in command:
             part = SENDER if part_of(frames) is not None else None
         elif "multiprocessing" in command:  # the smart-turn process
             part = SMART_TURN if part_of(frames) == SMART_TURN else None

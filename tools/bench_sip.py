@@ -67,10 +67,10 @@ from agent.pipeline.call import CallContext
 from agent.runtime.context import AgentRuntime
 from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError, free_port
 from infra.serving import parse_server_arguments, server_arguments
-from telephony import g711
-from telephony.media_stream import CARRIER_SAMPLE_RATE, parse_start
-from telephony.rtp import PACKET_S, RtpFrame, RtpSession, RtpStats
-from telephony.rtp_sender import MAX_UNDERRUN_SLOTS, SENDER, LatenessHistogram
+from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE, parse_start
+from telephony.rtp import g711
+from telephony.rtp.sender import MAX_UNDERRUN_SLOTS, SENDER, LatenessHistogram
+from telephony.rtp.session import PACKET_S, RtpFrame, RtpSession, RtpStats
 from tools.bench import _machine, _write_report
 from tools.bench_profile import py_spy, summarize
 from tools.bench_profile import table as profile_table
@@ -1116,7 +1116,7 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
             "",
             f"- **sip**: {TRANSPORTS['sip']}, each call streaming the caller's voice as RTP. "
             "The agent's packets, a continuous 50 a second per call (silence included), leave "
-            "from the worker's RTP sender process, which counts them (`telephony/rtp_sender.py`).",
+            "from the worker's RTP sender process, which counts them (`telephony/rtp/sender.py`).",
             f"- **websocket** (the baseline): {TRANSPORTS['websocket']}, under uvicorn in "
             "the worker, 20 ms chunks; the callers are clients in the bench process "
             "streaming the same voice as Twilio media events. *packets*: the audio chunks "

@@ -53,13 +53,13 @@ from aiohttp import web
 
 from agent.access import Loopback, guard
 from agent.config import Settings
-from telephony import g711
-from telephony.rtp_sender import LatenessHistogram
+from telephony.rtp import g711
+from telephony.rtp.sender import LatenessHistogram
 from telephony.sip.message import SipRequest, SipResponse
 
 if TYPE_CHECKING:  # the RTP engine and the UA (pipecat's transports) when a soak runs only
     from agent.runtime.embedded import ServerProcess
-    from telephony.rtp import RtpStats
+    from telephony.rtp.session import RtpStats
     from telephony.sip.call import MediaSession, SipCall
     from telephony.sip.ua import SipEndpoint
 
@@ -188,7 +188,7 @@ async def _serve(host: str, port: int) -> None:
 
     from agent.runtime.context import AgentRuntime
     from agent.server.app import SIP, make_app
-    from telephony.rtp import RtpSession
+    from telephony.rtp.session import RtpSession
 
     class MeteredSession(RtpSession):
         """A call's RTP session that adds its final counts to ``TOTALS`` when it closes

@@ -26,7 +26,7 @@ from agent.pipeline.call import CallContext, ModelEndpoints
 from agent.pipeline.http_pools import ServiceSessions
 from agent.pipeline.tts_router import CircuitBreaker
 from agent.store.database import StoreWriter, create_engine_for, mark_abandoned_calls, upgrade
-from telephony.rtp_sender import SENDER
+from telephony.rtp.sender import SENDER
 
 logger = logging.getLogger(__name__)
 

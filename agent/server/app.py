@@ -80,12 +80,12 @@ from agent.server.carriers import (
 from agent.server.hygiene import add_security
 from agent.server.metrics import add_metrics, observe_call
 from agent.store.tables import Role
+from telephony.carriers.webrtc import Offer, OfferError, accept, transport_for
 from telephony.line import CallInfo, LineBusy, LineError
-from telephony.rtp import RtpSession
+from telephony.rtp.session import RtpSession
 from telephony.sip.call import SipCall
 from telephony.sip.session_timer import SESSION_EXPIRED, SessionTimers
 from telephony.sip.ua import SipEndpoint
-from telephony.webrtc import Offer, OfferError, accept, transport_for
 
 logger = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Without this, anyone could post ``/voice/twilio`` or open ``/media/twilio`` and 
 call that stores whatever caller number it claims. So:
 
 - a voice webhook is taken only with its carrier's signature (checked by
-  ``telephony.carrier_auth``: Twilio's HMAC, Telnyx's Ed25519). A signed request is
+  ``telephony.carriers.signatures``: Twilio's HMAC, Telnyx's Ed25519). A signed request is
   taken once: the same one again within ``REPLAY_WINDOW_S`` is a replay;
 - the webhook's answer names a stream URL that holds a one-time token (random,
   ``TOKEN_TTL_S`` to live); the media socket is upgraded only with a live token, which
@@ -32,7 +32,7 @@ from sqlalchemy.exc import IntegrityError
 
 from agent.access import Refusal, refuse
 from agent.store.tables import MediaStreamToken, SeenWebhook
-from telephony.carrier_auth import (
+from telephony.carriers.signatures import (
     REPLAY_WINDOW_S,
     SETTINGS,
     Announced,

@@ -4,8 +4,8 @@
     GET  /media/{twilio|telnyx}/{token}  the media-stream websocket that webhook announced
     POST /api/livekit/dispatch           {room}: the agent joins that LiveKit room
 
-The protocols are telephony's (``telephony/media_stream.py``, ``telephony/livekit.py``,
-the signatures of ``telephony/carrier_auth.py``); here are who may call the routes
+The protocols are telephony's (``telephony/carriers/``: ``media_stream.py``, ``livekit.py``,
+the signatures of ``signatures.py``); here are who may call the routes
 (``agent/server/carrier_auth.py``), the settings that configure them and the call each
 starts (docs/carriers.md).
 """
@@ -34,11 +34,9 @@ from agent.server.carrier_auth import (
     SeenWebhooks,
     StreamTokens,
 )
-from telephony.carrier_auth import Announced, CarrierKeyError, Clock, webhook_signatures
-from telephony.line import CallInfo, LineBusy
-from telephony.livekit import AGENT_IDENTITY, DispatchError, LiveKitConfig, check_room
-from telephony.livekit import transport_for as livekit_transport
-from telephony.media_stream import (
+from telephony.carriers.livekit import AGENT_IDENTITY, DispatchError, LiveKitConfig, check_room
+from telephony.carriers.livekit import transport_for as livekit_transport
+from telephony.carriers.media_stream import (
     CARRIERS,
     CLOSE_TIMEOUT_S,
     MAX_MESSAGE_BYTES,
@@ -53,6 +51,8 @@ from telephony.media_stream import (
     serializer_for,
     stream_url,
 )
+from telephony.carriers.signatures import Announced, CarrierKeyError, Clock, webhook_signatures
+from telephony.line import CallInfo, LineBusy
 
 logger = logging.getLogger(__name__)
 

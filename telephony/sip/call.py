@@ -47,7 +47,7 @@ Address = tuple[str, int]
 
 
 class MediaSession(Protocol):
-    """What the UA needs of a call's RTP session (telephony/rtp.py's ``RtpSession``)."""
+    """What the UA needs of a call's RTP session (telephony/rtp/session.py's ``RtpSession``)."""
 
     @property
     def local_address(self) -> Address: ...
@@ -106,8 +106,8 @@ class SipCall:
             if self.endpoint.transport_factory is not None:
                 self._transport = self.endpoint.transport_factory(self)
             else:
-                from telephony.rtp import RtpSession
-                from telephony.sip_transport import SipTransport
+                from telephony.rtp.session import RtpSession
+                from telephony.sip.media import SipTransport
 
                 if not isinstance(self.media, RtpSession):
                     raise LineError("the default SIP transport needs an RtpSession for media")
@@ -189,7 +189,7 @@ class SipCall:
         )
 
     async def _start_media(self, media: sdp.Media) -> None:
-        from telephony.rtp import RtpSession
+        from telephony.rtp.session import RtpSession
 
         self.negotiated = media
         dtmf = media.dtmf_payload_type

@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 async def open_rtp(host: str) -> MediaSession:
     """The default media factory: our RTP engine, imported when the first call needs it."""
-    from telephony.rtp import RtpSession
+    from telephony.rtp.session import RtpSession
 
     return await RtpSession.open(host, port=0)
 

@@ -19,9 +19,9 @@ from pipecat.pipeline.runner import PipelineRunner
 from pipecat.pipeline.task import PipelineParams, PipelineTask
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from telephony import g711
-from telephony.rtp import RtpSession
-from telephony.sip_transport import SipTransport
+from telephony.rtp import g711
+from telephony.rtp.session import RtpSession
+from telephony.sip.media import SipTransport
 
 HOST = "127.0.0.1"
 

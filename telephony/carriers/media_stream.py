@@ -48,7 +48,7 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
-from telephony.carrier_auth import Announced, public_base
+from telephony.carriers.signatures import Announced, public_base
 from telephony.line import CallInfo
 
 logger = logging.getLogger(__name__)

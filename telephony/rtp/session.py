@@ -14,7 +14,7 @@ network vanished sends neither RTP nor a BYE: ``silent()`` returns once its RTP 
 for ``timeout_s`` while the call is not on hold, so that the call can be ended.
 
 Outbound, one packet leaves every 20 ms on absolute monotonic deadlines, sent by the
-worker's RTP sender process (``telephony.rtp_sender``) on a copy of the session's socket, so
+worker's RTP sender process (``telephony.rtp.sender``) on a copy of the session's socket, so
 that nothing the worker's interpreter does makes it late; ``write`` hands it the agent's
 audio. When the agent is not speaking the session sends G.711 silence rather than nothing:
 PBXs and carriers hang up calls whose RTP stops (Asterisk's ``rtptimeout``, trunk
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 from aiortc.rtp import RtpPacket, is_rtcp
 
-from telephony import dtmf, g711
-from telephony.rtp_sender import (
+from telephony.rtp import dtmf, g711
+from telephony.rtp.sender import (
     AUDIO_CHUNK,
     PACKET_S,
     PCM_BYTES_PER_PACKET,

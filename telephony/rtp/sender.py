@@ -9,7 +9,7 @@ collection or behind the kernel giving the core to the worker's other threads fi
 
 So the worker hands each call's audio to this process (``RtpSession.write``) and the
 process keeps the 20 ms schedule: one thread, a few thousand objects, waiting in
-``select`` for the earliest deadline (``telephony.pacer``) or a message from the worker.
+``select`` for the earliest deadline (``telephony.rtp.pacer``) or a message from the worker.
 It asks the kernel for real-time priority (``SCHED_FIFO``, as Asterisk's ``-p`` and
 FreeSWITCH's ``-rp`` do for their media timers), so a packet's deadline takes the core
 from any ordinary thread at once; without the privilege (``CAP_SYS_NICE``) it runs as an
@@ -46,8 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from telephony import dtmf, g711
-from telephony.pacer import Pacer, Schedule
+from telephony.rtp import dtmf, g711
+from telephony.rtp.pacer import Pacer, Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -370,7 +370,7 @@ class SenderLoop:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m telephony.rtp_sender FD``: serve the worker on the socket FD."""
+    """``python -m telephony.rtp.sender FD``: serve the worker on the socket FD."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fd", type=int, help="the worker's end of the control socket")
     args = parser.parse_args(argv)
@@ -509,7 +509,7 @@ class RtpSender:
     def _start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "telephony.rtp_sender", str(theirs.fileno())],
+            [sys.executable, "-m", "telephony.rtp.sender", str(theirs.fileno())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
             process_group=0,  # the worker's group signals (drain, Ctrl-C) are not for it

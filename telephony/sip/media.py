@@ -34,7 +34,7 @@ from pipecat.transports.base_input import BaseInputTransport
 from pipecat.transports.base_output import BaseOutputTransport
 from pipecat.transports.base_transport import BaseTransport, TransportParams
 
-from telephony.rtp import PACKET_S, RtpClosed, RtpSession
+from telephony.rtp.session import PACKET_S, RtpClosed, RtpSession
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The 20 ms clock of every outgoing RTP stream: a heap of absolute deadlines.
 
-It is driven by the one thread of the RTP sender process (``telephony.rtp_sender``), which
+It is driven by the one thread of the RTP sender process (``telephony.rtp.sender``), which
 waits for ``wait_s()`` or a message from the worker, whichever comes first, then calls
 ``run_due()``. Deadlines are absolute (``start + n * period``) so lateness never
 accumulates; a stream that fell far behind (the machine stalled) skips ahead rather than
