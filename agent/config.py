@@ -254,7 +254,7 @@ class Settings:
     # Cost accounting.
     price_book: Path | None = None
     price_profile: str = "embedded-cpu"
-    prompt_version: str = "collections-v2"
+    prompt_version: str = "collections-v3"
     # The TTS router's fallback (agent/pipeline/tts_router.py); "none": the primary alone, no
     # router.
     tts_fallback: str = "none"
@@ -393,7 +393,7 @@ class Settings:
             turn_fallback_secs=_seconds(env, "TURN_FALLBACK_SECS", 1.0),
             price_book=Path(price_book) if price_book else None,
             price_profile=env.get("PRICE_PROFILE", "embedded-cpu"),
-            prompt_version=env.get("PROMPT_VERSION", "collections-v2"),
+            prompt_version=env.get("PROMPT_VERSION", "collections-v3"),
             **_tts_fallback(env),
             public_url=env.get("PUBLIC_URL") or None,
             secure_cookies=_bool(

@@ -13,7 +13,7 @@ from agent.conversation.prompts import PromptSet
 from tools.bench_compliance import AudioPath, render, run_compliance_command, spread
 from tools.corpus import hold, load_corpus
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 CORPUS = load_corpus()
 
 
@@ -35,7 +35,7 @@ def test_the_report_counts_by_family_and_shows_each_failure():
 
 
 def test_a_bad_argument_is_a_clear_error(capsys):
-    args = argparse.Namespace(audio=-1, phrase=0, voices="piper", prompt_version="collections-v2")
+    args = argparse.Namespace(audio=-1, phrase=0, voices="piper", prompt_version="collections-v3")
     assert run_compliance_command(args) == 2
     assert "--audio and --phrase must be >= 0" in capsys.readouterr().err
 

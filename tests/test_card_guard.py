@@ -38,7 +38,7 @@ from agent.pipeline.card_guard import (
 )
 from telephony.rtp.session import RtpSession
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 WARNING = PROMPTS.templates["no_card_numbers"]
 
 

@@ -191,6 +191,17 @@ def _populate(engine) -> None:
             NOW - dt.timedelta(hours=6),
             "escalated_to_human",
         )
+        # Handed to a person for a bankruptcy (C8): an escalation, whatever its disposition.
+        robin, robin_phone = add_consumer(session, "c5", "Robin Vale", "+13125550188")
+        _call(session, "c-bankrupt", robin, robin_phone, NOW - dt.timedelta(hours=8), "bankruptcy")
+        session.add(
+            CallEvent(
+                call_id="c-bankrupt",
+                at=NOW - dt.timedelta(hours=8),
+                kind="handoff",
+                detail={"reason": "bankruptcy", "now": False},
+            )
+        )
         _call(
             session,
             "c-callback",
@@ -330,7 +341,7 @@ async def test_the_list_filters_and_pages(console):
 
     older = re.search(r'class="older" href="([^"]+)"', page).group(1).replace("&amp;", "&")
     second = _call_ids(await (await client.get(older)).text())
-    total = FILLER + 8
+    total = FILLER + 9
     assert len(second) == total - 50 and not set(ids) & set(second)
 
     by_disposition = _call_ids(await (await client.get("/console?disposition=dispute")).text())
@@ -459,7 +470,7 @@ async def test_the_queues(console):
     page = await (await client.get("/console/queues")).text()
     sections = dict(re.findall(r'<section id="([a-z]+)">(.*?)</section>', page, re.S))
     assert _call_ids(sections["disputes"]) == ["c-dispute"]
-    assert _call_ids(sections["escalations"]) == ["c-escalated"]
+    assert _call_ids(sections["escalations"]) == ["c-escalated", "c-bankrupt"]
     # c-callback was due yesterday, but a later call (the detail call) reached that debt;
     # c-callback-later is not due yet.
     assert _call_ids(sections["callbacks"]) == ["c-callback-due"]

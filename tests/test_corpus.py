@@ -18,7 +18,7 @@ from agent.conversation.scenarios import ScriptError
 from agent.store.tables import ConsentSource, Debt, Phone
 from tools.corpus import STAGE_PREFIXES, CorpusScript, hold, load_corpus, load_family
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 CORPUS = load_corpus()
 DATA = Path(__file__).resolve().parent / "data"
 #: Daniel Kim (ACME-0002), Seattle: one number, one debt.

@@ -47,7 +47,7 @@ from tools.demo import (
     run_demo,
 )
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 NOW = dt.datetime(2026, 11, 20, 17, 30, tzinfo=dt.UTC)
 DEADLINE_MS = Settings().tts_fallback_deadline_ms
 

@@ -38,7 +38,7 @@ from agent.pipeline.llm import ChatCompletionsLLMService
 from agent.pipeline.phrasing import Phrasing
 from agent.pipeline.speculation import Speculation
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 
 
 def policy(**account) -> ConversationPolicy:

@@ -55,7 +55,7 @@ from tests.audio import speech_pcm
 from tests.conftest import settings_for
 from tests.fallback_tts import API_KEY, FakeCartesia
 
-TEXTS = PromptSet.load("collections-v2").templates
+TEXTS = PromptSet.load("collections-v3").templates
 #: Every test is held to this, whatever hangs (no test takes more than about 40 s).
 LIMIT_S = 90.0
 RATE = 16000

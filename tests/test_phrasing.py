@@ -11,7 +11,7 @@ from agent.conversation.prompts import PromptSet
 from agent.conversation.scenarios import account_from
 from agent.pipeline.phrasing import Phrasing
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 ACCOUNT_DATA = re.compile(r"\$|acme|percent|month|1,200", re.I)
 
 

@@ -46,7 +46,7 @@ from agent.pipeline.tts import StreamingTTSService
 from agent.pipeline.turns import TurnLedger
 from telephony.loopback import LoopbackTransport
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 RATE = 16000
 #: The tone TTS speaks 25 characters a second: the mini-Miranda takes about 6 s.
 SECONDS_PER_CHAR = 0.04

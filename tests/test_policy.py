@@ -11,7 +11,7 @@ from agent.conversation.scenarios import account_from
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
 NOW = dt.datetime(2026, 12, 2, 16, 0, tzinfo=dt.UTC)  # 10:00 in Chicago
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 DEBT_WORDS = re.compile(r"debt|balance|owe|collect|payment|\$|acme|account|northwind", re.I)
 
 
@@ -71,7 +71,7 @@ def test_c1_a_robot_question_is_answered_truthfully_with_a_person_offered():
     policy, _ = call()
     said = turns(policy, "Hang on, am I talking to a robot?")
     assert said[0].startswith("Yes, I am an automated assistant")
-    assert "transfer you to a person" in said[0]
+    assert "a person" in said[0]
     assert policy.stage is Stage.OPENING and len(said) == 2  # and the question is asked again
     later = verified()
     assert turns(later, "Is this a real person?")[0].startswith("Yes, I am an automated")
@@ -347,6 +347,62 @@ def test_c8_each_signal_is_honoured_at_every_stage(line, disposition, stage):
     assert disposition in [s["kind"] for s in signals(policy)]
     if stage != "negotiation":
         assert not any(DEBT_WORDS.search(text) for text in said)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "I lost my job and can't afford anything.",
+        "I filed for bankruptcy last year.",
+        "He passed away in March.",
+    ],
+)
+@pytest.mark.parametrize("stage", ["greeting", "verification", "negotiation"])
+@pytest.mark.parametrize("transfer_available", [False, True])
+def test_c8_bankruptcy_death_and_hardship_go_to_a_person_at_every_stage(
+    line, stage, transfer_available
+):
+    policy, said = call()
+    policy.transfer_available = transfer_available
+    if stage == "verification":
+        said += turns(policy, "Yes, speaking.")
+    elif stage == "negotiation":
+        policy = verified()
+        policy.transfer_available = transfer_available
+        said = []
+    said += turns(policy, line)
+    assert policy.stage is Stage.ENDED and policy.transfer_requested, (line, stage)
+    handoff = next(e.detail for e in policy.events if e.kind == "handoff")
+    assert handoff == {"reason": policy.disposition, "now": transfer_available}
+    # The last words say what really happens: held for a transfer only where one comes.
+    assert ("Please hold" in said[-1]) is transfer_available
+    assert "follow up" in said[-1] or transfer_available
+    if stage != "negotiation":
+        assert not any(DEBT_WORDS.search(text) for text in said)
+
+
+@pytest.mark.parametrize(
+    ("line", "kind"),
+    [
+        ("I'm his wife. He passed away last month.", "deceased"),
+        ("This is her brother, she filed for bankruptcy.", "bankruptcy"),
+    ],
+)
+def test_c8_what_a_third_party_reports_is_recorded_and_goes_to_a_person(line, kind):
+    policy, said = call()
+    said += turns(policy, line)
+    assert policy.party == "third_party" and policy.transfer_requested
+    assert {"kind": kind, "by": "third_party"} in signals(policy)
+    assert not any(DEBT_WORDS.search(text) for text in said)
+
+
+def test_no_hand_off_says_please_hold_unless_the_line_can_transfer():
+    for transfer_available in (False, True):
+        policy, _ = call()
+        policy.transfer_available = transfer_available
+        said = turns(policy, "I want to talk to a real person.")
+        assert policy.transfer_requested and policy.disposition == "escalated_to_human"
+        assert ("Please hold" in said[-1]) is transfer_available
 
 
 def test_c8_a_partial_dispute_is_recognised():

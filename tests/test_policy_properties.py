@@ -24,7 +24,7 @@ from agent.conversation.policy import ConversationPolicy, Stage, Templates
 from agent.conversation.prompts import PromptSet
 from agent.conversation.scenarios import account_from
 
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 TEMPLATES = [*PROMPTS.templates.values(), PROMPTS.greeting]
 NOW = dt.datetime(2026, 12, 2, 16, 0, tzinfo=dt.UTC)
 TODAY = dt.date(2026, 12, 2)

@@ -4,7 +4,7 @@ from agent.conversation.prompts import PromptSet
 
 
 def test_the_shipped_version_loads():
-    prompts = PromptSet.load("collections-v2")
+    prompts = PromptSet.load("collections-v3")
     assert "automated assistant" in prompts.greeting  # the AI disclosure is in the first sentence
     assert "recorded" in prompts.greeting
     assert "{consumer_name}" in prompts.greeting
@@ -14,7 +14,7 @@ def test_the_shipped_version_loads():
 
 
 def test_an_unknown_version_names_the_known_ones():
-    with pytest.raises(ValueError, match="collections-v2"):
+    with pytest.raises(ValueError, match="collections-v3"):
         PromptSet.load("v99")
 
 

@@ -65,7 +65,7 @@ def tone(level: int, samples: int = FRAME) -> bytes:
 
 
 def new_policy() -> ConversationPolicy:
-    prompts = PromptSet.load("collections-v2")
+    prompts = PromptSet.load("collections-v3")
     return ConversationPolicy(account_from({}), Templates(prompts.templates), date.today())
 
 

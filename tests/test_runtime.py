@@ -27,7 +27,7 @@ async def test_start_migrates_marks_the_dead_process_calls_and_names_the_models(
     settings = Settings.from_env({"DATABASE_URL": db_url, "DATA_DIR": str(tmp_path)})
     async with AgentRuntime(settings, stub_models=True) as ctx:
         assert ctx.models.stt_model == "stub"
-        assert ctx.prompts.version == "collections-v2"
+        assert ctx.prompts.version == "collections-v3"
         assert ctx.price_book.version == "2026-12-01"
 
     with Session(db_engine) as session:

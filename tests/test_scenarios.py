@@ -14,7 +14,7 @@ from agent.conversation.scenarios import (
 )
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday
-PROMPTS = PromptSet.load("collections-v2")
+PROMPTS = PromptSet.load("collections-v3")
 
 
 @pytest.mark.parametrize("name", sorted(builtin_scenarios()))

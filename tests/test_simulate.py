@@ -48,7 +48,7 @@ async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db
     assert (call.party, call.disposition) == ("right_party", "callback_requested")
     assert call.verified_at is not None
     assert call.transport == "loopback" and call.scenario == "callback"
-    assert call.prompt_version == "collections-v2" and call.stt_model == "whisper-tiny.en"
+    assert call.prompt_version == "collections-v3" and call.stt_model == "whisper-tiny.en"
 
     completed = [t for t in call.turns if t.agent_text and not t.interrupted]
     assert len(completed) >= 3, [(t.user_text, t.agent_text) for t in call.turns]

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, selectinload
 from agent.config import Settings
 from agent.runtime.context import AgentRuntime
 from agent.server.app import CALLS, SIP, make_app
-from agent.store.tables import Call
+from agent.store.tables import Call, CallEvent
 from infra.stub_server import create_app
 from telephony.rtp import g711
 from tests.audio import speech_pcm, words
@@ -141,5 +141,12 @@ async def test_a_caller_who_wants_a_person_is_transferred_with_a_refer(tmp_path)
                 call = session.scalar(select(Call))
                 assert call is not None
                 assert (call.transport, call.disposition) == ("sip", "escalated_to_human")
+                # The policy knew the line would transfer: it said "please hold", not goodbye.
+                handoff = session.scalar(
+                    select(CallEvent.detail).where(
+                        CallEvent.call_id == call.id, CallEvent.kind == "handoff"
+                    )
+                )
+                assert handoff == {"reason": "escalated_to_human", "now": True}
     finally:
         await models.close()

@@ -49,7 +49,7 @@ from agent.conversation.prompts import PromptSet
 from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from tests.servers import running_server
 
-TEXTS = PromptSet.load("collections-v2").templates
+TEXTS = PromptSet.load("collections-v3").templates
 HOLD, RESUME, END = TEXTS["technical_hold"], TEXTS["technical_resume"], TEXTS["technical_end"]
 
 

@@ -77,7 +77,7 @@ def add_compliance_parser(benches: argparse._SubParsersAction) -> None:  # type:
         "families: sentences generated, blocked and spoken (0: skip)",
     )
     bench.add_argument(
-        "--prompt-version", default="collections-v2", help="the prompt version to hold"
+        "--prompt-version", default="collections-v3", help="the prompt version to hold"
     )
     bench.add_argument(
         "--output", default="docs/benchmarks/compliance.md", help="where to write the report"

@@ -522,7 +522,7 @@ def _calls_chunk(
                 "ended_at": started + dt.timedelta(seconds=duration),
                 "duration_s": round(duration, 1),
                 "end_reason": "agent_hangup" if rng.random() < 0.7 else "caller_hangup",
-                "prompt_version": "collections-v2",
+                "prompt_version": "collections-v3",
                 "price_book_version": "2026-11",
                 "cost_usd": round(duration / 60 * 0.021, 4),
                 "cost_per_minute_usd": 0.021,

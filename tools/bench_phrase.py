@@ -306,7 +306,7 @@ async def phrase_audit(
     scenarios: Sequence[Scenario] | None = None,
     *,
     repeats: int = 1,
-    prompt_version: str = "collections-v2",
+    prompt_version: str = "collections-v3",
     model: str = "gemma-3-270m",
     max_tokens: int = 40,
     log_dir: Path = Path("data/logs"),

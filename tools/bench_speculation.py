@@ -85,7 +85,7 @@ async def _turn(url: str, sessions: ServiceSessions, gap_s: float, ahead: bool) 
     def ignore(_event: PolicyEvent) -> None:
         pass
 
-    prompts = PromptSet.load("collections-v2")
+    prompts = PromptSet.load("collections-v3")
     policy = _negotiating(prompts)
     phrasing = Phrasing(policy, prompts.turn, deadline_s=DEADLINE_S)
     llm = ChatCompletionsLLMService(

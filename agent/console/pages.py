@@ -188,6 +188,8 @@ class CallFilter:
     disposition: str = ""
     transport: str = ""
     flagged: bool = False
+    #: Handed to a person (a transfer or a follow-up): the escalations queue.
+    handed_off: bool = False
     date_from: dt.date | None = None
     date_to: dt.date | None = None
     #: Keyset cursor: the (started_at, id) of the last row of the previous page.
@@ -291,6 +293,15 @@ def _flagged() -> Any:
     return exists().where(CallEvent.call_id == Call.id, CallEvent.kind.in_(FLAG_KINDS))
 
 
+def _handed_off() -> Any:
+    """The policy handed the call to a person, whatever its disposition (a bankruptcy, a
+    death, hardship: C8); calls stored before the ``handoff`` event by their disposition."""
+    return or_(
+        Call.disposition == "escalated_to_human",
+        exists().where(CallEvent.call_id == Call.id, CallEvent.kind == "handoff"),
+    )
+
+
 #: A number or name filter is first looked up (the numbers ending in the digits, the debts
 #: of the consumers so named); at most this many are then matched by value. Past it the
 #: filter is checked on each call walked newest first: it is common, so that ends soon.
@@ -388,6 +399,8 @@ def call_query(f: CallFilter, limit: int = PAGE_SIZE, found: Lookups | None = No
         query = query.where(Call.transport == f.transport)
     if f.flagged:
         query = query.where(_flagged())
+    if f.handed_off:
+        query = query.where(_handed_off())
     if f.date_from:
         query = query.where(Call.started_at >= _midnight(f.date_from))
     if f.date_to:
@@ -755,7 +768,7 @@ def _by_disposition(engine: Engine, disposition: str, limit: int) -> list[CallRo
 
 def load_queues(engine: Engine, today: dt.date, limit: int = PAGE_SIZE) -> Queues:
     disputes = _by_disposition(engine, "dispute", limit)
-    escalations = _by_disposition(engine, "escalated_to_human", limit)
+    escalations, _ = find_calls(engine, CallFilter(handed_off=True), limit)
     callbacks: list[QueueItem] = []
     with Session(engine) as session:
         # A callback is due on its requested date, until a later call on the same debt.

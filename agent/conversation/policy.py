@@ -137,6 +137,8 @@ _ENDING_SIGNALS = (
     (Intent.DISPUTE, "dispute", "dispute"),
     (Intent.HARDSHIP, "hardship", "hardship"),
 )
+#: The signals a person takes over from the agent (C8), whoever said them and at any stage.
+_TO_A_PERSON = frozenset({"bankruptcy", "deceased", "hardship"})
 
 
 class Stage(StrEnum):
@@ -308,8 +310,9 @@ REQUIRED_TEMPLATES = frozenset(
     what_to_change promise_recorded no_card_numbers no_numbers robot_answer transfer
     recording_objection no_arrest no_suit_time_barred not_legal_advice dispute_recorded
     dispute_partial stop_calling ask_attorney attorney hardship bankruptcy deceased
-    noted_unverified deceased_unverified callback_when callback_confirmed inconvenient_noted
-    wrong_number didnt_catch not_understood_end after_end wrap_up voicemail""".split()
+    noted_unverified deceased_unverified noted handoff_now handoff_later callback_when
+    callback_confirmed inconvenient_noted wrong_number didnt_catch not_understood_end after_end
+    wrap_up voicemail""".split()
 )
 
 
@@ -340,7 +343,12 @@ class ConversationPolicy:
     party: str = "unverified"
     disposition: str | None = None
     promise: Promise | None = None
-    #: The call ended with a hand-off to a person: the line transfers it where it can.
+    #: A person can take the call now: the line can transfer it (a SIP call with
+    #: ``TRANSFER_TARGET`` set). Otherwise a hand-off is a follow-up by a person, and the
+    #: agent says so instead of "please hold" before hanging up.
+    transfer_available: bool = False
+    #: The call ended with a hand-off to a person: the line transfers it where it can, and
+    #: the console's escalations list it either way.
     transfer_requested: bool = False
     events: list[PolicyEvent] = field(default_factory=list)
     _identity_confirmed: bool = False
@@ -596,11 +604,17 @@ class ConversationPolicy:
         self.party = "third_party"
         self._note("third_party", {})
         # What a third party tells us is still recorded (never acted on as the consumer's).
-        for intent, kind, _ in _ENDING_SIGNALS:
-            if intent in heard.intents and kind in ("bankruptcy", "deceased"):
-                self._signal(kind, by="third_party")
-        if Intent.DECEASED in heard.intents:
-            return self._end("deceased", [self._part("deceased_unverified")])
+        reported = [
+            kind
+            for intent, kind, _ in _ENDING_SIGNALS
+            if intent in heard.intents and kind in ("bankruptcy", "deceased")
+        ]
+        for kind in reported:
+            self._signal(kind, by="third_party")
+        if "deceased" in reported:
+            return self._end("deceased", [self._part("deceased_unverified")], transfer=True)
+        if reported:  # a person takes it from here (C8), still without a word of the debt
+            return self._end("bankruptcy", [self._part("noted")], transfer=True)
         return self._end("no_commitment", [self._part("third_party")])
 
     def _signal_exit(
@@ -611,11 +625,12 @@ class ConversationPolicy:
         if kind == "dispute":
             detail["partial"] = bool(heard and heard.partial_dispute)
         self._signal(kind, **detail)
-        transfer = kind in ("bankruptcy", "hardship")
+        transfer = kind in _TO_A_PERSON
         if not self.verified:
-            key = "deceased_unverified" if kind == "deceased" else "noted_unverified"
+            key = "noted" if transfer else "noted_unverified"
+            key = "deceased_unverified" if kind == "deceased" else key
             key = "stop_calling" if kind in ("stop_calling", "cease") else key
-            return self._end(disposition, [self._part(key)])
+            return self._end(disposition, [self._part(key)], transfer=transfer)
         key = {
             "cease": "stop_calling",
             "dispute": "dispute_partial" if detail.get("partial") else "dispute_recorded",
@@ -1083,9 +1098,17 @@ class ConversationPolicy:
         self._note("signal", {"kind": kind, **detail})
 
     def _end(self, disposition: str, parts: list[_Part], transfer: bool = False) -> Reply:
+        """End the call with ``parts``; ``transfer``: a person takes it from here, and the
+        last words say how (a transfer now, or a follow-up)."""
         self.disposition = disposition
         self.stage = Stage.ENDED
         self.transfer_requested = transfer
+        if transfer:
+            self._note("handoff", {"reason": disposition, "now": self.transfer_available})
+            parts = [
+                *parts,
+                self._part("handoff_now" if self.transfer_available else "handoff_later"),
+            ]
         self._note("disposition", {"disposition": disposition, "party": self.party})
         reply = self._reply(parts)
         reply.end_call, reply.transfer = True, transfer

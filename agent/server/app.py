@@ -89,6 +89,9 @@ from telephony.sip.ua import SipEndpoint
 
 logger = logging.getLogger(__name__)
 
+#: The paths whose line can hand a caller to ``TRANSFER_TARGET`` (a SIP REFER).
+TRANSFERRING_PATHS = frozenset({"sip"})
+
 WEB_DIR = Path(__file__).resolve().parent / "web"
 CTX = web.AppKey("ctx", CallContext)
 SIP = web.AppKey("sip", SipEndpoint)
@@ -194,7 +197,12 @@ def start_call(
         if account is None:
             account, number = inbound_account(ctx, info)
         # The policy reads "tonight" in the consumer's zone, on its own clock.
-        policy = ConversationPolicy(account, Templates(ctx.prompts.templates))
+        policy = ConversationPolicy(
+            account,
+            Templates(ctx.prompts.templates),
+            transfer_available=ctx.settings.transfer_target is not None
+            and info.path in TRANSFERRING_PATHS,
+        )
         live: LiveCall
         call = Call(
             ctx,
