@@ -28,8 +28,9 @@ from agent.console.kpis import Figures, Kpi, components, figures
 from agent.console.pages import page
 from agent.console.query import QueryError
 from agent.ledger.latency import MEANINGS, RESPONSE, RESPONSE_TARGET_MS, VOICE_TO_VOICE
-from agent.ledger.plan import Prediction, ProfileError, chosen_configuration
+from agent.ledger.plan import Prediction, chosen_configuration
 from agent.ledger.pricebook import PriceBook
+from agent.ledger.stage_profiles import ProfileError
 from agent.store.tables import Role
 
 #: The cost target of the price book the dashboard compares against ($/minute).

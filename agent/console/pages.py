@@ -26,7 +26,7 @@ from aiohttp import web
 from sqlalchemy import Connection, Engine, Select, exists, or_, select
 from sqlalchemy.orm import Session, selectinload
 
-from agent.campaigns.predial import Ledger, contact_ledger, masked
+from agent.campaigns import Ledger, contact_ledger, masked
 from agent.console import query as q
 from agent.console.audit import audit
 from agent.console.auth import require_role
