@@ -69,7 +69,7 @@ from agent.conversation.account import Account
 from agent.conversation.policy import ConversationPolicy
 from agent.conversation.replies import Templates
 from agent.pipeline.call import Call, CallContext
-from agent.pipeline.live import CALLS, LiveCall, LiveCalls, Reservation
+from agent.pipeline.live_calls import CALLS, LiveCall, LiveCalls, Reservation
 from agent.runtime.context import AgentRuntime
 from agent.server.carriers import (
     StartedCall,
