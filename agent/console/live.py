@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, now
-from agent.console.pages import e, masked_number, page
+from agent.console.layout import e, masked_number, page
 from agent.pipeline.live_calls import CALLS, LiveCalls
 from agent.store.tables import Call, CallStatus, Consumer, Debt, Role
 
