@@ -8,8 +8,9 @@ before a GPU session spends its minutes on it.
 
     python -m infra.gpu_check [--dry-run] [--out FILE] [--profile FILE]
 
-``--profile`` also writes the figures as the planner's stage profile (agent/ledger/plan.py's format,
-``agent/ledger/profiles/gpu.json``), which ``python -m agent plan`` reads.
+``--profile`` also writes the figures as the planner's stage profile
+(``agent/ledger/profiles/gpu.json``, in ``agent.ledger.stage_profiles``' format), which
+``python -m agent plan`` reads.
 """
 
 from __future__ import annotations
@@ -522,7 +523,7 @@ def planner_profile(report: dict[str, Any], command: str = "") -> dict[str, Any]
     will not assume a p95 it was not given. Calls per unit is the batch: every call using
     the stage at the same moment, the pessimistic reading.
     """
-    from agent.ledger.plan import profile_document, stage_option
+    from agent.ledger.stage_profiles import profile_document, stage_option
 
     compute = compute_class(str(report.get("device", "")))
     engine = f"transformers eager, {report.get('dtype', '?')}"
@@ -642,7 +643,7 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.out, "w", encoding="utf-8") as file:
             file.write(text + "\n")
     if args.profile:
-        from agent.ledger.plan import write_profile
+        from agent.ledger.stage_profiles import write_profile
 
         command = "python -m infra.gpu_check " + " ".join(
             argv if argv is not None else sys.argv[1:]

@@ -23,7 +23,8 @@ from sqlalchemy.orm import Session, selectinload
 import agent.pipeline.call
 from agent.campaigns.portfolio import import_portfolio
 from agent.config import Settings
-from agent.conversation.policy import ConversationPolicy, Templates
+from agent.conversation.policy import ConversationPolicy
+from agent.conversation.replies import Templates
 from agent.conversation.scenarios import account_from
 from agent.pipeline.call import (
     CALL_LIMIT,

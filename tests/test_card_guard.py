@@ -24,8 +24,9 @@ from pipecat.processors.frame_processor import FrameDirection
 from pipecat.tests.utils import run_test
 
 from agent import logs
-from agent.conversation.policy import ConversationPolicy, PolicyEvent, Templates
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent, Templates
 from agent.conversation.scenarios import account_from
 from agent.pipeline.card_guard import (
     CardDataHeardFrame,

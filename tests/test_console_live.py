@@ -14,7 +14,7 @@ from sqlalchemy import Engine, update
 from sqlalchemy.orm import Session
 
 from agent.console import live as live_module
-from agent.pipeline.live import CALLS, LiveCall
+from agent.pipeline.live_calls import CALLS, LiveCall
 from agent.store.tables import Call
 from tests.console import console_client, log_in
 

@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from agent.campaigns.contact_history import record_call
 from agent.campaigns.portfolio import import_portfolio
-from agent.campaigns.predial import DialRequest, check, record_call
+from agent.campaigns.predial import DialRequest, check
 from agent.conversation.prompts import PromptSet
 from agent.conversation.scenarios import ScriptError
 from agent.store.tables import ConsentSource, Debt, Phone

@@ -513,8 +513,8 @@ def test_workers_report_capacity_drain_on_stop_and_scale_on_live_calls(overlay: 
     assert agent["readinessProbe"]["httpGet"]["path"] == "/ready"
     assert {"/health", "/ready", "/drain"} <= routes("agent/server/app.py")
     # preStop: POST /drain on the loopback, waiting up to DRAIN_TIMEOUT_S; the SIGTERM after it
-    # keeps that deadline (agent.pipeline.live.LiveCalls.drain), then ends the rest and flushes: the
-    # grace period covers the drain and the flush.
+    # keeps that deadline (agent.pipeline.live_calls.LiveCalls.drain), then ends the rest and
+    # flushes: the grace period covers the drain and the flush.
     command = agent["lifecycle"]["preStop"]["exec"]["command"]
     assert command[:2] == ["python", "-c"]
     code = command[2]

@@ -41,7 +41,7 @@ from agent.campaigns.portfolio import import_portfolio
 from agent.config import Settings
 from agent.console.audit import BY_CODE
 from agent.console.tokens import Tokens
-from agent.conversation.policy import Account
+from agent.conversation.account import Account
 from agent.runtime.context import AgentRuntime
 from agent.runtime.embedded import ModelServers
 from agent.server.app import converse, make_app

@@ -24,8 +24,9 @@ from pipecat.processors.frame_processor import FrameProcessor
 from pipecat.tests.utils import SleepFrame, run_test
 
 import agent.pipeline.llm
-from agent.conversation.policy import TOOLS, ConversationPolicy, PolicyEvent, Stage, Templates
+from agent.conversation.policy import TOOLS, ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent, Templates
 from agent.conversation.scenarios import account_from
 from agent.pipeline.dialogue import (
     GuardProcessor,

@@ -41,8 +41,9 @@ from sqlalchemy.orm import Session
 
 import agent.pipeline.llm
 import agent.pipeline.stt
-from agent.conversation.policy import ConversationPolicy, Templates
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Templates
 from agent.conversation.scenarios import account_from
 from agent.pipeline.call import Call, CallContext, CallSummary, ModelEndpoints
 from agent.pipeline.stt import STT_UNAVAILABLE

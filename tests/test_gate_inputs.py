@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session
 
+from agent.campaigns.contact_history import record_call
 from agent.campaigns.portfolio import (
     UNMATCHED_CALLER,
     account_for,
@@ -26,12 +27,12 @@ from agent.campaigns.portfolio import (
     import_portfolio,
     match_caller,
 )
-from agent.campaigns.predial import DialRequest, check, record_call
+from agent.campaigns.predial import DialRequest, check
 from agent.config import Settings
+from agent.conversation.account import Account
 from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
 from agent.conversation.scenarios import (
-    DEMO_ACCOUNT,
     Scenario,
     account_from,
     converse,
@@ -152,8 +153,8 @@ def test_an_unmatched_caller_is_the_demo_consumer_only_on_the_embedded_models(
         engine=portfolio,
     )
     unknown = CallInfo(path="sip", remote_number="+19175550100")
-    assert inbound_account(embedded, unknown) == (account_from({}), "+19175550100")
-    assert account_from({}).consumer_name == DEMO_ACCOUNT["consumer_name"]
+    assert inbound_account(embedded, unknown) == (Account.demo(), "+19175550100")
+    assert account_from({}) == Account.demo()
     account, number = inbound_account(production, unknown)
     assert account is UNMATCHED_CALLER and number == "+19175550100"
     # Nothing to verify against: the policy can disclose nothing.

@@ -7,13 +7,8 @@ import dataclasses
 
 import pytest
 
-from agent.conversation.guard import (
-    GuardContext,
-    Instruction,
-    OutputGuard,
-    Verdict,
-    extract_figures,
-)
+from agent.conversation.allow_list import Instruction, extract_figures
+from agent.conversation.guard import GuardContext, OutputGuard, Verdict
 from agent.conversation.scenarios import account_from
 
 # Balance $1,200; settlements from $840 (30 % off); at least $50 a month; at most 12 months.

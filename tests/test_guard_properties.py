@@ -27,16 +27,13 @@ from pipecat.frames.frames import LLMFullResponseEndFrame, LLMFullResponseStartF
 from pipecat.tests.utils import run_test
 
 from agent.config import Settings
-from agent.conversation.guard import GuardContext, Instruction, OutputGuard, extract_figures
-from agent.conversation.policy import (
-    PHRASEABLE,
-    Account,
-    ConversationPolicy,
-    Reply,
-    Templates,
-    dollars,
-)
+from agent.conversation.account import Account, dollars
+from agent.conversation.allow_list import Instruction, extract_figures
+from agent.conversation.exchange import PHRASEABLE
+from agent.conversation.guard import GuardContext, OutputGuard
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Reply, Templates
 from agent.conversation.scenarios import account_from
 from agent.pipeline.dialogue import GuardProcessor, PhraseRequestFrame
 from agent.pipeline.phrasing import Phrasing

@@ -126,7 +126,7 @@ def test_observing_without_metrics_does_nothing() -> None:
 
 
 def test_the_live_calls_default_reads_the_servers_calls() -> None:
-    from agent.pipeline.live import CALLS, LiveCalls
+    from agent.pipeline.live_calls import CALLS, LiveCalls
     from agent.server.metrics import METRICS
 
     app = web.Application()

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from agent.ledger import plan as planner
+from agent.ledger import stage_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
@@ -127,14 +128,14 @@ def test_the_planners_profiles_are_package_data() -> None:
     shipped = importlib.resources.files("agent.ledger") / "profiles"
     names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".json"))
     assert {"declared.json", "stt.json", "turn-cpu.json"} <= set(names), names
-    assert planner.DEFAULT_PROFILES == Path(str(shipped)).resolve()
+    assert stage_profiles.DEFAULT_PROFILES == Path(str(shipped)).resolve()
     assert not (ROOT / "docs" / "benchmarks" / "profiles").exists(), (
         "moved to agent/ledger/profiles"
     )
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "ledger/profiles/*.json" in declared["tool"]["setuptools"]["package-data"]["agent"]
     # The benchmarks' reports in docs/benchmarks/ write their profiles there; others beside them.
-    assert planner.profile_path_for(ROOT / "docs/benchmarks/stt.md") == shipped / "stt.json"
+    assert stage_profiles.profile_path_for(ROOT / "docs/benchmarks/stt.md") == shipped / "stt.json"
     # What the dashboard shows: a configuration that meets the target, from these alone.
     assert planner.chosen_configuration(300) is not None
 

@@ -6,8 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.conversation.policy import ConversationPolicy, Reply, Templates
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Reply, Templates
 from agent.conversation.scenarios import account_from
 from agent.pipeline.phrasing import Phrasing
 

@@ -14,23 +14,19 @@ from typing import Any
 import pytest
 
 from agent.config import Settings
-from agent.ledger import plan as planner
-from agent.ledger.plan import (
+from agent.ledger import stage_profiles
+from agent.ledger.plan import chosen_configuration, plan, predict, render, run_plan_command
+from agent.ledger.pricebook import PriceBook
+from agent.ledger.records import TurnRecord
+from agent.ledger.stage_profiles import (
     ProfileError,
-    chosen_configuration,
     load_profile,
     load_profiles,
-    plan,
-    predict,
     profile_document,
     profile_path_for,
-    render,
-    run_plan_command,
     stage_option,
     write_profile,
 )
-from agent.ledger.pricebook import PriceBook
-from agent.ledger.records import TurnRecord
 from infra import gpu_check
 from tools.bench import SttRun, own_overhead_ms, stt_profile, turn_profile
 
@@ -329,7 +325,7 @@ def test_the_transport_prices_the_line(profiles: Path) -> None:
 
 def test_the_root_sum_square_of_the_tails() -> None:
     options = [
-        planner.parse_profile(
+        stage_profiles.parse_profile(
             profile_document("x", [stage_option("overhead", n, latency_ms=fixed(p50, p95))])
         ).options[0]
         for n, p50, p95 in (("a", 100, 130), ("b", 50, 90))
@@ -588,7 +584,7 @@ def test_the_gpu_check_writes_median_only_options_the_planner_will_not_stretch(
     by = {(o.stage, o.batch): o for o in profile.options}
     assert set(by) == {("stt", 1), ("stt", 8), ("llm", 1), ("llm", 8), ("tts", 1), ("tts", 16)}
     assert by[("stt", 8)].p50 == 80 and by[("stt", 8)].at(0.95) is None
-    assert by[("stt", 8)].placement == planner.Placement(compute="h100", concurrent_calls=8)
+    assert by[("stt", 8)].placement == stage_profiles.Placement(compute="h100", concurrent_calls=8)
     assert by[("llm", 1)].p50 == 30 and by[("llm", 8)].p50 == 55
     # 4 SNAC frames = 28 tokens at 12 ms, + SNAC's decode at the next batch measured (32).
     assert by[("tts", 16)].p50 == pytest.approx(28 * 12 + 6)
@@ -597,7 +593,7 @@ def test_the_gpu_check_writes_median_only_options_the_planner_will_not_stretch(
     assert gpu_check.compute_class("x86_64") == "x86-64"
     # At p95 every GPU option is left out, with its reason; at the median they are used.
     turn_doc = synthetic()[0]
-    profiles = [profile, planner.parse_profile(turn_doc)]
+    profiles = [profile, stage_profiles.parse_profile(turn_doc)]
     book = PriceBook.load()
     with pytest.raises(ProfileError, match=r"no usable stt option at p95 .*no p95"):
         plan(profiles, book)
@@ -628,7 +624,7 @@ def test_a_gpu_md_without_its_profile_is_noted(profiles: Path, book_path: Path) 
 
 def test_the_shipped_profiles_plan(tmp_path: Path) -> None:
     """The repository's own profiles load and plan under the shipped book (if present)."""
-    if not planner.DEFAULT_PROFILES.is_dir():
+    if not stage_profiles.DEFAULT_PROFILES.is_dir():
         pytest.skip("no profiles shipped")
     args = argparse.Namespace(
         target_ms=300.0,

@@ -34,8 +34,9 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.workers.runner import WorkerRunner
 
 import agent.pipeline.dialogue
-from agent.conversation.policy import ConversationPolicy, Templates
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Templates
 from agent.conversation.scenarios import account_from
 from agent.ledger.records import TurnRecord, new_call_id
 from agent.pipeline.call import CallProcessors

@@ -5,8 +5,9 @@ import re
 
 import pytest
 
-from agent.conversation.policy import ConversationPolicy, Stage, Templates
+from agent.conversation.policy import ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Templates
 from agent.conversation.scenarios import account_from
 
 TODAY = dt.date(2026, 12, 2)  # a Wednesday

@@ -20,8 +20,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from agent.conversation.intents import understand
 from agent.conversation.invariants import Line, check_conversation
-from agent.conversation.policy import ConversationPolicy, Stage, Templates
+from agent.conversation.policy import ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Templates
 from agent.conversation.scenarios import account_from
 
 PROMPTS = PromptSet.load("collections-v3")

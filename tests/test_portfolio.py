@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
+from agent.campaigns.contact_history import apply_signal
 from agent.campaigns.portfolio import (
     OPTIONAL_COLUMNS,
     REQUIRED_COLUMNS,
@@ -17,7 +18,6 @@ from agent.campaigns.portfolio import (
     RowError,
     import_portfolio,
 )
-from agent.campaigns.predial import apply_signal
 from agent.store.tables import Consumer, Debt, Phone
 
 SAMPLE = Path(__file__).parent / "data" / "portfolio.csv"

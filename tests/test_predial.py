@@ -14,23 +14,17 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from agent.campaigns.portfolio import import_portfolio
-from agent.campaigns.predial import (
-    CONTACT_CAPS,
-    Decision,
-    DialRequest,
-    InconvenientWindow,
+from agent.campaigns.contact_history import (
     apply_signal,
-    check,
-    consumer_time_zone,
-    contact_ledger,
     counts_towards_caps,
     record_call,
     record_callback_consent,
     record_conversation,
     record_outcome,
-    reserve_attempt,
 )
+from agent.campaigns.contact_rules import CONTACT_CAPS, InconvenientWindow, consumer_time_zone
+from agent.campaigns.portfolio import import_portfolio
+from agent.campaigns.predial import Decision, DialRequest, check, contact_ledger, reserve_attempt
 from agent.store.tables import Call, Consumer, ContactAttempt, Debt, Phone
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -672,7 +666,7 @@ def test_gate_on_the_sample_portfolio(db_engine: Engine) -> None:
 
 @dataclass(frozen=True)
 class Said:
-    """A policy event as ``record_call`` reads it (``agent.conversation.policy.PolicyEvent``)."""
+    """A policy event as ``record_call`` reads it (``agent.conversation.replies.PolicyEvent``)."""
 
     kind: str
     detail: dict[str, Any]

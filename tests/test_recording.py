@@ -41,8 +41,9 @@ from agent.config import ConfigError, Settings
 from agent.console.auth import setup_auth
 from agent.console.recordings import add_recording_routes
 from agent.console.users import Users
-from agent.conversation.policy import ConversationPolicy, PolicyEvent, Stage, Templates
+from agent.conversation.policy import ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent, Templates
 from agent.conversation.scenarios import account_from
 from agent.ledger.records import new_call_id
 from agent.pipeline.call import Call

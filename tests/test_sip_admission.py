@@ -1,4 +1,5 @@
-"""A worker's capacity over SIP: a call's place is taken before it rings (agent/pipeline/live.py).
+"""A worker's capacity over SIP: a call's place is taken before it rings
+(agent/pipeline/live_calls.py).
 
 The agent server answers SIP because ``SIP_PORT`` is set, exactly as ``agent serve`` does,
 with the instant stub models. The caller is a bare UDP socket, so that INVITEs can be sent

@@ -44,8 +44,8 @@ from pipecat.tests.utils import SleepFrame, run_test
 from pipecat.workers.runner import WorkerRunner
 
 import agent.pipeline.stt
-from agent.conversation.policy import PolicyEvent
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent
 from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from tests.servers import running_server
 

@@ -13,7 +13,7 @@ from aiohttp import web
 from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.tests.utils import run_test
 
-from agent.conversation.policy import PolicyEvent
+from agent.conversation.replies import PolicyEvent
 from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig, FallbackError
 from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService, is_voiced
 from tests.fallback_tts import API_KEY, FALLBACK_LEVEL, FakeCartesia

@@ -29,9 +29,14 @@ from agent.ledger.latency import (
     VOICE_TO_VOICE,
     VOICE_TO_VOICE_TARGET_MS,
 )
-from agent.ledger.plan import profile_document, profile_path_for, stage_option, write_profile
 from agent.ledger.quantiles import percentile
 from agent.ledger.records import TurnRecord
+from agent.ledger.stage_profiles import (
+    profile_document,
+    profile_path_for,
+    stage_option,
+    write_profile,
+)
 from agent.runtime.context import AgentRuntime
 from infra.stt_batcher import Transcriber
 from tools.simulate import PARTS, CallerVoice
@@ -129,7 +134,7 @@ def own_overhead_ms(turn: TurnRecord) -> float | None:
 def turn_profile(
     results: dict[str, list[TurnRecord]], settings: Settings, command: str, report: str
 ) -> dict[str, object]:
-    """``bench turn``'s figures as the planner's stage profile (agent/ledger/plan.py).
+    """``bench turn``'s figures as the planner's stage profile (agent/ledger/stage_profiles.py).
 
     Both runs give the agent's own stages (endpointing, overhead); only the CPU run
     gives model stages: the stubs answer instantly and serve no one.

@@ -31,8 +31,9 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
 from agent.conversation.guard import GuardContext, Instruction, OutputGuard
-from agent.conversation.policy import ConversationPolicy, PolicyEvent, Reply, Stage, Templates
+from agent.conversation.policy import ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent, Reply, Templates
 from agent.conversation.scenarios import Scenario, builtin_scenarios, heard_before, outcome_of
 from agent.pipeline.dialogue import GuardDecision, GuardProcessor, PhraseRequestFrame
 from agent.pipeline.http_pools import ServiceSessions

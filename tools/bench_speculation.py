@@ -30,8 +30,9 @@ from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
-from agent.conversation.policy import ConversationPolicy, PolicyEvent, Templates
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent, Templates
 from agent.conversation.scenarios import account_from
 from agent.ledger.quantiles import percentile
 from agent.pipeline.dialogue import GuardProcessor, PolicyProcessor

@@ -75,12 +75,13 @@ from zoneinfo import ZoneInfo
 from sqlalchemy import Engine, exists, or_, select, update
 from sqlalchemy.orm import Session, selectinload
 
+from agent.campaigns import DialRequest, record_call, record_outcome, reserve_attempt
 from agent.campaigns.portfolio import REQUIRED_COLUMNS, account_for, import_portfolio, to_e164
-from agent.campaigns.predial import DialRequest, record_call, record_outcome, reserve_attempt
 from agent.config import Settings
+from agent.conversation import Account, PolicyEvent, Templates
 from agent.conversation.guard import GuardContext, OutputGuard
 from agent.conversation.intents import Expectation, understand
-from agent.conversation.policy import Account, ConversationPolicy, PolicyEvent, Stage, Templates
+from agent.conversation.policy import ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
 from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.scenarios import Scenario, builtin_scenarios
@@ -1610,8 +1611,7 @@ def run_demo_command(settings: Settings, args: argparse.Namespace) -> int:
     )
     if not getattr(args, "verbose", False):
         # One line per gate decision and per call would bury the progress lines.
-        for name in ("agent.campaigns.predial", "agent.campaigns.portfolio"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+        logging.getLogger("agent.campaigns").setLevel(logging.WARNING)
     try:
         report = asyncio.run(run_demo(settings, options))
     except DemoError as e:

@@ -28,11 +28,14 @@ import soxr
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
+from agent.campaigns.contact_rules import masked
 from agent.campaigns.portfolio import account_for
-from agent.campaigns.predial import Decision, DialRequest, Ledger, check, contact_ledger, masked
+from agent.campaigns.predial import Decision, DialRequest, Ledger, check, contact_ledger
 from agent.config import Settings, hide_password
-from agent.conversation.policy import Account, ConversationPolicy, Templates
+from agent.conversation.account import Account
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.redaction import redact_card_numbers
+from agent.conversation.replies import Templates
 from agent.conversation.scenarios import Scenario, outcome_of
 from agent.ledger.latency import MEANINGS, RESPONSE, TARGETS_MS, VOICE_TO_VOICE
 from agent.ledger.quantiles import percentile

@@ -34,9 +34,11 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.campaigns import csvfile
+from agent.campaigns.contact_history import record_outcome
+from agent.campaigns.contact_rules import masked
 from agent.campaigns.portfolio import RowError, account_for, to_e164
-from agent.campaigns.predial import Decision, DialRequest, masked, record_outcome, reserve_attempt
-from agent.conversation.policy import Account
+from agent.campaigns.predial import Decision, DialRequest, reserve_attempt
+from agent.conversation.account import Account
 from agent.store.tables import AttemptOutcome, Debt
 from telephony.sip.call import SipCall
 from telephony.sip.message import uri_host_port

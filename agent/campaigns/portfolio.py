@@ -29,8 +29,8 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from agent.campaigns import csvfile
-from agent.campaigns.predial import consumer_time_zone
-from agent.conversation.policy import Account
+from agent.campaigns.contact_rules import consumer_time_zone
+from agent.conversation.account import Account
 from agent.store.tables import (
     ConsentSource,
     Consumer,

@@ -24,7 +24,7 @@ from agent.console.audit import COMMAND_LINE, MAX_OBJECT_ID, Actor
 from agent.console.auth import AUTH, require_role
 from agent.console.context import ENGINE, current_user, now
 from agent.console.csrf import FIELD, csrf_token
-from agent.console.pages import e, page, when
+from agent.console.layout import e, page, when
 from agent.console.query import QueryError
 from agent.console.tokens import SCOPES, TokenError, TokenInfo, Tokens
 from agent.console.users import Account, UserError

@@ -31,7 +31,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from agent.access import Anonymous, guard
-from agent.campaigns.predial import Ledger, masked
+from agent.campaigns import Ledger, masked
 from agent.console.audit import audit
 from agent.console.auth import AUTH, Handler, require_role
 from agent.console.context import ENGINE, now

@@ -40,6 +40,7 @@ from agent.console.context import (
     now,
     utc_now,
 )
+from agent.console.layout import e, page
 from agent.console.nav import home
 from agent.console.ratelimit import LoginLimits, LoginThrottle
 from agent.console.sessions import SessionPolicy, SessionStore
@@ -210,9 +211,6 @@ def _forbidden(request: web.Request, role: Role) -> web.Response:
     message = f"a {role} may not see this"
     if request.path.startswith("/api/"):
         return _error(403, message)
-    # Imported here: the pages are guarded by this module.
-    from agent.console.pages import e, page
-
     body = (
         f"<h1>Not for your role</h1><p>{e(request.path)} is not open to the {e(role)} role.</p>"
         f'<p><a href="{e(home(role))}">Back to your start page</a></p>'

@@ -25,11 +25,12 @@ from agent.console import query as q
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, now
 from agent.console.kpis import Figures, Kpi, components, figures
-from agent.console.pages import page
+from agent.console.layout import page
 from agent.console.query import QueryError
 from agent.ledger.latency import MEANINGS, RESPONSE, RESPONSE_TARGET_MS, VOICE_TO_VOICE
-from agent.ledger.plan import Prediction, ProfileError, chosen_configuration
+from agent.ledger.plan import Prediction, chosen_configuration
 from agent.ledger.pricebook import PriceBook
+from agent.ledger.stage_profiles import ProfileError
 from agent.store.tables import Role
 
 #: The cost target of the price book the dashboard compares against ($/minute).

@@ -2,7 +2,7 @@
 
 The rows come from the database (``calls.status = 'active'``), so the page
 lists every worker's calls; the stage a call is at and its last line come from
-this process's registry (``agent.pipeline.live``) when it is the one holding the call.
+this process's registry (``agent.pipeline.live_calls``) when it is the one holding the call.
 ``GET /console/live`` renders the table as it is now; its script then listens
 to ``GET /console/live/events`` (server-sent events), which sends the whole
 list again whenever it changes, polled every ``POLL_S``. Without the script
@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, now
-from agent.console.pages import e, masked_number, page
-from agent.pipeline.live import CALLS, LiveCalls
+from agent.console.layout import e, masked_number, page
+from agent.pipeline.live_calls import CALLS, LiveCalls
 from agent.store.tables import Call, CallStatus, Consumer, Debt, Role
 
 #: How often the events stream looks for a change.

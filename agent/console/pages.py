@@ -11,14 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import functools
-import html
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from string import Template
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,13 +22,12 @@ from aiohttp import web
 from sqlalchemy import Connection, Engine, Select, exists, or_, select
 from sqlalchemy.orm import Session, selectinload
 
-from agent.campaigns.predial import Ledger, contact_ledger, masked
+from agent.campaigns import Ledger, contact_ledger
 from agent.console import query as q
 from agent.console.audit import audit
 from agent.console.auth import require_role
-from agent.console.context import ENGINE, current_user, now
-from agent.console.csrf import FIELD, csrf_token
-from agent.console.nav import NAV
+from agent.console.context import ENGINE, now
+from agent.console.layout import e, masked_number, page, when
 from agent.console.query import QueryError
 from agent.ledger.latency import DEFINITION
 from agent.ledger.records import CALL_ID_LENGTH, FLAG_KINDS
@@ -79,20 +74,6 @@ WATERFALL = (
     ("tts_ttfb_ms", "TTS first byte", "#3fb27f"),
     ("transport_out_ms", "transport out", "#a46fd8"),
 )
-_TEMPLATES = Path(__file__).parent / "templates"
-_HEADERS = {
-    "Cache-Control": "no-store",
-    "X-Frame-Options": "DENY",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
-    "media-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-}
-#: For a page with a script of ours (``/static/...``) that reads the server's events.
-_SCRIPT_CSP = (
-    "default-src 'none'; script-src 'self'; connect-src 'self'; style-src 'unsafe-inline'; "
-    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
 
 
 def add_console_pages(app: web.Application) -> None:
@@ -100,61 +81,6 @@ def add_console_pages(app: web.Application) -> None:
     app.router.add_get("/console", call_list)
     app.router.add_get("/console/calls/{call_id}", call_detail)
     app.router.add_get("/console/queues", queues)
-
-
-# -- rendering -----------------------------------------------------------------
-
-
-def e(value: object) -> str:
-    """``value`` as HTML text (quotes too, so it is safe in attributes); None is empty."""
-    return "" if value is None else html.escape(str(value), quote=True)
-
-
-@functools.cache
-def _layout() -> Template:
-    return Template((_TEMPLATES / "layout.html").read_text(encoding="utf-8"))
-
-
-def page(
-    request: web.Request,
-    title: str,
-    body: str,
-    status: int = 200,
-    *,
-    script: bool = False,
-    csp: str | None = None,
-) -> web.Response:
-    """``body`` in the console's layout; ``script``: the page loads a script of ours;
-    ``csp``: the page's own Content-Security-Policy (one with a nonce for inline script)."""
-    user = current_user(request)
-    text = _layout().substitute(
-        title=e(title),
-        username=e(user.username if user else ""),
-        role=e(user.role if user else ""),
-        nav=_nav(user.role if user else None),
-        csrf_field=e(FIELD),
-        csrf_token=e(csrf_token(request)),
-        body=body,
-    )
-    headers = _HEADERS
-    if csp or script:
-        headers = {**_HEADERS, "Content-Security-Policy": csp or _SCRIPT_CSP}
-    return web.Response(text=text, content_type="text/html", status=status, headers=headers)
-
-
-def _nav(role: Role | None) -> str:
-    return "".join(
-        f'<a href="{e(path)}">{e(label)}</a>' for path, label, roles in NAV if role in roles
-    )
-
-
-def masked_number(number: str | None) -> str:
-    """A phone number as the console shows it: its last four digits only."""
-    return masked(number) if number else ""
-
-
-def when(value: dt.datetime | None) -> str:
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if value else ""
 
 
 def _duration(seconds: float | None) -> str:

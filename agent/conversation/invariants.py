@@ -26,7 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from agent.conversation.policy import Account, ConversationPolicy, dollars, spoken_date
+from agent.conversation.account import Account, dollars, spoken_date
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.redaction import redact_card_numbers
 
 #: The one verifier question that may name an account (rule C3's "last four").

@@ -24,10 +24,8 @@ disfavour.
   counter-offer from inside it; every commitment is read back, and recorded
   only on a clear yes to the read-back.
 
-What was heard counts, not what was sent: a reply's disclosures are noted, and
-its question counts as asked, only once the pipeline says it was played out
-(``played``). A cut disclosure is said again in full at the start of the next
-reply, and words said over an unheard question do not answer it.
+What was heard counts, not what was sent: the books of that are kept by
+``agent.conversation.exchange.Exchange``, which the policy is.
 
 Every legally significant moment is an event with a timestamp from ``clock``,
 for the compliance timeline, and the call ends with a party and a disposition.
@@ -38,19 +36,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from agent.conversation.intents import (
-    Expectation,
-    Intent,
-    PaymentMethod,
-    Understanding,
-    understand,
-)
+from agent.conversation.account import Promise, Terms, dollars, local_zone, spoken_date, spoken_time
+from agent.conversation.exchange import EXPECTS, Exchange, notes_for
+from agent.conversation.intents import Expectation, Intent, PaymentMethod, Understanding, understand
+from agent.conversation.replies import REQUIRED_TEMPLATES, Part, Reply, ToolOutcome
 
 #: Verifiers that did not match before the call ends (C3).
 MAX_VERIFICATION_TRIES = 2
@@ -65,65 +58,6 @@ MAX_DAYS_AHEAD = 45
 #: How a promise may be paid when the LLM records it (the agent never takes card
 #: digits by voice: a card payment goes through the secure link, rule C11).
 PAYMENT_METHODS = (PaymentMethod.DEBIT_CARD, PaymentMethod.BANK_TRANSFER, PaymentMethod.CHECK)
-
-#: What an answer to each question is expected to hold, so "yes", "the fifth"
-#: or "two hundred" are read against the question that was just asked.
-EXPECTS: dict[str, Expectation] = {
-    "greeting": Expectation.IDENTITY,
-    "confirm_identity": Expectation.IDENTITY,
-    "who_is_calling": Expectation.IDENTITY,
-    "what_about": Expectation.IDENTITY,
-    "ask_dob": Expectation.DATE_OF_BIRTH,
-    "ask_full_dob": Expectation.DATE_OF_BIRTH,
-    "ask_last4": Expectation.LAST4,
-    "purpose": Expectation.AMOUNT,
-    "purpose_again": Expectation.AMOUNT,
-    "ask_amount": Expectation.AMOUNT,
-    "which_amount": Expectation.AMOUNT,
-    "ask_monthly_amount": Expectation.MONTHLY_AMOUNT,
-    "monthly_only": Expectation.MONTHLY_AMOUNT,
-    "one_or_monthly": Expectation.ONE_OR_MONTHLY,
-    "above_balance": Expectation.CONFIRM,
-    "counter_settlement": Expectation.CONFIRM,
-    "counter_discount": Expectation.CONFIRM,
-    "counter_plan": Expectation.CONFIRM,
-    "press_once": Expectation.CONFIRM,
-    "ask_date_and_method": Expectation.DATE,
-    "ask_date": Expectation.DATE,
-    "date_passed": Expectation.DATE,
-    "date_too_far": Expectation.DATE,
-    "ask_method": Expectation.METHOD,
-    "read_back": Expectation.EXPLICIT_YES,
-    "what_to_change": Expectation.AMOUNT,
-    "callback_when": Expectation.DATE,
-}
-
-#: The replies the LLM may put in its own words in production (``Reply.phrase``): the
-#: negotiation's questions. Everything else (disclosures, verification, answers about
-#: the law, read-backs, goodbyes) is spoken verbatim.
-PHRASEABLE = frozenset(
-    {
-        "ask_amount",
-        "ask_monthly_amount",
-        "counter_settlement",
-        "counter_discount",
-        "counter_plan",
-        "ask_date_and_method",
-        "ask_date",
-        "ask_method",
-        "callback_when",
-        "purpose_again",
-    }
-)
-
-#: Texts that must be heard in full, and the event each is noted as when it was.
-DISCLOSURES = {
-    "greeting": ("ai_disclosure", "recording_notice"),
-    "mini_miranda": ("mini_miranda",),
-    "time_barred_notice": ("time_barred_notice",),
-    "ny_time_barred_notice": ("time_barred_notice",),
-    "read_back": ("read_back",),
-}
 
 #: The tools the LLM may call (agent.pipeline.phrasing describes them to it); the policy gates each.
 TOOLS = ("record_promise", "record_dispute", "transfer", "end_call")
@@ -156,187 +90,18 @@ class Stage(StrEnum):
 PAYMENT_STAGES = frozenset({Stage.NEGOTIATION, Stage.COMMITMENT, Stage.READ_BACK})
 
 
-@dataclass(frozen=True)
-class Account:
-    """What the call knows of the consumer and the debt (from the portfolio).
-
-    ``timezone`` is the consumer's IANA zone: "tonight" and "Friday" are theirs."""
-
-    consumer_name: str
-    date_of_birth: dt.date | None
-    account_last4: str | None
-    creditor: str
-    balance_cents: int
-    time_barred: bool
-    state: str
-    max_discount_pct: float
-    min_installment_cents: int
-    max_term_months: int
-    fees_allowed: bool = False
-    callback_number: str = "1-800-555-0100"
-    debt_id: int | None = None
-    timezone: str | None = None
-
-    @property
-    def first_name(self) -> str:
-        return self.consumer_name.split()[0]
-
-    @property
-    def settlement_floor_cents(self) -> int:
-        """The least one payment may settle the balance for (the maximum discount)."""
-        return math.ceil(self.balance_cents * (1 - self.max_discount_pct / 100))
-
-    @property
-    def lowest_installment_cents(self) -> int:
-        """The least monthly payment that pays the balance within the maximum term."""
-        return max(self.min_installment_cents, math.ceil(self.balance_cents / self.max_term_months))
-
-
-@dataclass(frozen=True)
-class Terms:
-    """What the consumer offered or accepted: one payment (``months`` 1) or a plan."""
-
-    amount_cents: int
-    months: int = 1
-    monthly: bool = False
-    settlement: bool = False
-
-
-@dataclass(frozen=True)
-class Promise:
-    amount_cents: int
-    due: dt.date
-    method: str
-    installments: int = 1
-
-
-@dataclass(frozen=True)
-class PolicyEvent:
-    """A compliance-relevant moment: a disclosure, a verification, a consumer's signal."""
-
-    kind: str
-    detail: dict[str, Any]
-    at: dt.datetime
-
-
-@dataclass
-class Reply:
-    """What the agent says next (fixed texts, verbatim) and whether the call goes on.
-
-    ``keys`` names the template of each text. ``notes`` holds the events to note
-    once text i has been heard in full (``ConversationPolicy.played``);
-    ``question`` is the index of the text the caller is to answer, if any.
-    ``phrase`` is set when the reply is one question the LLM may phrase in its own
-    words (the text is the reference it must keep to); ``texts`` stay the vetted
-    fallback, spoken whenever the LLM's version is missing or blocked.
-    """
-
-    texts: list[str]
-    end_call: bool = False
-    transfer: bool = False
-    phrase: str | None = None
-    keys: list[str] = field(default_factory=list)
-    notes: dict[int, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
-    question: int | None = None
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    """The policy's answer to a tool call of the LLM: done or refused, and what to say."""
-
-    allowed: bool
-    reason: str
-    reply: Reply
-
-
-@dataclass(frozen=True)
-class _Part:
-    """One text of a reply: its template key, words and the events it carries."""
-
-    key: str
-    text: str
-    notes: tuple[tuple[str, dict[str, Any]], ...] = ()
-
-
 def _method(args: dict[str, Any]) -> str:
     """The tool call's payment method, as the schema names it ("debit_card" read too)."""
     return str(args.get("method", "")).replace("_", " ").strip().lower()
 
 
-def dollars(cents: int) -> str:
-    """An amount as a person says it: "$1,234.50", "$200"."""
-    whole, rest = divmod(cents, 100)
-    return f"${whole:,}" if rest == 0 else f"${whole:,}.{rest:02d}"
-
-
-def spoken_date(day: dt.date) -> str:
-    return f"{day:%A, %B} {day.day}"
-
-
-def spoken_time(time: dt.time) -> str:
-    hour = time.hour % 12 or 12
-    minutes = f":{time.minute:02d}" if time.minute else ""
-    return f"{hour}{minutes} {'p.m.' if time.hour >= 12 else 'a.m.'}"
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-class Templates:
-    """The fixed texts of a prompt version, filled from the account and nothing else."""
-
-    def __init__(self, texts: dict[str, str]) -> None:
-        self._texts = texts
-
-    def say(self, key: str, **values: Any) -> str:
-        try:
-            return self._texts[key].format(**values)
-        except KeyError as e:
-            raise KeyError(f"template {key!r} or its placeholder {e} is missing") from None
-
-    def missing(self, keys: frozenset[str]) -> list[str]:
-        return sorted(keys - set(self._texts))
-
-
-#: Every template the policy may speak: a prompt version must have them all.
-REQUIRED_TEMPLATES = frozenset(
-    """confirm_identity who_is_calling what_about ask_dob ask_last4 ask_full_dob
-    verification_retry verification_failed third_party mini_miranda time_barred_notice
-    ny_time_barred_notice purpose purpose_again ask_amount ask_monthly_amount one_or_monthly
-    which_amount monthly_only above_balance counter_settlement counter_discount counter_plan
-    press_once refused ask_date_and_method ask_date ask_method date_passed date_too_far
-    read_back_payment read_back_settlement read_back_plan read_back_plan_last read_back_again
-    what_to_change promise_recorded no_card_numbers no_numbers robot_answer transfer
-    recording_objection no_arrest no_suit_time_barred not_legal_advice dispute_recorded
-    dispute_partial stop_calling ask_attorney attorney hardship bankruptcy deceased
-    noted_unverified deceased_unverified noted handoff_now handoff_later callback_when
-    callback_confirmed inconvenient_noted wrong_number didnt_catch not_understood_end after_end
-    wrap_up voicemail""".split()
-)
-
-
-def local_zone(account: Account) -> dt.tzinfo:
-    """The consumer's zone; UTC when unknown (every date is then read back in full)."""
-    if account.timezone:
-        try:
-            return ZoneInfo(account.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            pass
-    return dt.UTC
-
-
 @dataclass
-class ConversationPolicy:
+class ConversationPolicy(Exchange):
     """One call's conversation state; feed it caller turns, speak what it returns.
 
     ``today`` is the consumer's local date; None takes it from ``clock`` in the
     account's zone. ``clock`` (aware, UTC) stamps every event."""
 
-    account: Account
-    templates: Templates
-    today: dt.date | None = None
-    clock: Callable[[], dt.datetime] = utc_now
     stage: Stage = Stage.OPENING
     verified: bool = False
     verified_at: dt.datetime | None = None
@@ -350,22 +115,10 @@ class ConversationPolicy:
     #: The call ended with a hand-off to a person: the line transfers it where it can, and
     #: the console's escalations list it either way.
     transfer_requested: bool = False
-    events: list[PolicyEvent] = field(default_factory=list)
     _identity_confirmed: bool = False
     _tries: int = 0
-    _unclear_count: int = 0
     _refusals: int = 0
     _attorney_asked: bool = False
-    _question: _Part | None = None
-    _expecting: Expectation | None = None
-    #: The last question was played to its end (``played``): only then may words answer it.
-    _question_heard: bool = False
-    #: Disclosures given but not yet heard in full: said again at the next reply.
-    _owed: list[_Part] = field(default_factory=list)
-    #: Disclosures cut so far: past ``MAX_CUTS`` the call ends politely, not in a loop.
-    _cuts: int = 0
-    #: The reply whose question is the one asked last (``played`` marks only it heard).
-    _asked: Reply | None = None
     _counter: Terms | None = None
     _pending_amount: int | None = None
     _terms: Terms | None = None
@@ -396,30 +149,9 @@ class ConversationPolicy:
 
     def opening(self, greeting: str) -> Reply:
         """The greeting (AI disclosure, recording notice, asking for the consumer)."""
-        part = _Part("greeting", greeting, _notes("greeting"))
+        part = Part("greeting", greeting, notes_for("greeting"))
         self._expecting = EXPECTS["greeting"]
         return self._reply([part], question=part)
-
-    # -- what the pipeline played --------------------------------------------------
-
-    def played(self, reply: Reply, heard: int) -> None:
-        """The first ``heard`` texts of ``reply`` were played out to the end.
-
-        Their events are noted now; a disclosure among the rest is owed (said again in
-        full next time) and a question among the rest was not heard, so words said
-        over it do not answer it."""
-        for i, text in enumerate(reply.texts):
-            key = reply.keys[i] if i < len(reply.keys) else ""
-            if i < heard:
-                for kind, detail in reply.notes.get(i, []):
-                    self._note(kind, {**detail, "text": text} if kind in _TEXTED else detail)
-                self._owed = [p for p in self._owed if p.text != text]
-                if i == reply.question and reply is self._asked:
-                    self._question_heard = True  # only the question asked last counts
-            elif key in DISCLOSURES and all(p.text != text for p in self._owed):
-                notes = tuple((k, d) for k, d in reply.notes.get(i, []))
-                self._owed.append(_Part(key, text, notes))
-                self._cuts += 1
 
     # -- each caller turn ----------------------------------------------------------
 
@@ -431,7 +163,7 @@ class ConversationPolicy:
         if owed and self._cuts > MAX_CUTS:
             self._note("not_understood", {"stage": str(self.stage), "disclosure_cut": True})
             return self._end("no_commitment", [self._part("not_understood_end")])
-        warning: list[_Part] = []
+        warning: list[Part] = []
         if Intent.CARD_NUMBER in heard.intents:
             # C11: never take card digits by voice; the rest of the turn still counts.
             self._note("card_number_spoken", {})
@@ -461,7 +193,7 @@ class ConversationPolicy:
             consumer_first_name=self.account.first_name,
             callback_number=self.account.callback_number,
         )
-        part = _Part("voicemail", text, (("voicemail_message", {"text": text}),))
+        part = Part("voicemail", text, (("voicemail_message", {"text": text}),))
         return self._end("voicemail_lcm_left", [part])
 
     # -- the LLM's tool calls (production) ------------------------------------------
@@ -768,7 +500,7 @@ class ConversationPolicy:
         pending, self._pending_amount = self._pending_amount, None
         if pending is not None:
             return self._one_or_monthly(heard, pending)
-        if counter is not None and _restates(heard, counter):
+        if counter is not None and counter.restated_by(heard):
             return self._accept(counter, heard)
         if _has_terms(heard):
             return self._offer(heard)
@@ -806,8 +538,7 @@ class ConversationPolicy:
             if heard.discount_pct > a.max_discount_pct:
                 self._note("offer_outside_envelope", {"asked_discount_pct": heard.discount_pct})
                 return self._counter_settlement(None)
-            settled = math.ceil(a.balance_cents * (1 - heard.discount_pct / 100))
-            return self._accept(Terms(settled, settlement=settled < a.balance_cents), heard)
+            return self._accept(a.settlement_at(heard.discount_pct), heard)
         amount = heard.amount_cents
         monthly = heard.monthly or self._expecting is Expectation.MONTHLY_AMOUNT
         if heard.per in ("week", "two weeks"):
@@ -836,24 +567,19 @@ class ConversationPolicy:
         return self._accept(Terms(amount, settlement=True), heard)
 
     def _plan(self, amount: int, months: int, heard: Understanding) -> Reply:
-        a = self.account
-        if amount < a.min_installment_cents or months > a.max_term_months:
+        if not self.account.allows_plan(amount, months):
             self._note("offer_outside_envelope", {"offered_cents": amount, "months": months})
             return self._offer_plan("counter_plan")
         return self._accept(Terms(amount, months=months, monthly=True), heard)
 
     def _offer_plan(self, key: str) -> Reply:
         """The envelope's lowest monthly plan, offered for a yes."""
-        a = self.account
-        amount = a.lowest_installment_cents
-        months = math.ceil(a.balance_cents / amount)
-        self._counter = Terms(amount, months=months, monthly=True)
-        return self._ask(key, installment=dollars(amount), months=months)
+        self._counter = plan = self.account.lowest_plan()
+        return self._ask(key, installment=dollars(plan.amount_cents), months=plan.months)
 
     def _counter_settlement(self, offered: int | None) -> Reply:
-        a = self.account
-        floor = a.settlement_floor_cents
-        self._counter = Terms(floor, settlement=floor < a.balance_cents)
+        self._counter = self.account.settlement_at(self.account.max_discount_pct)
+        floor = self._counter.amount_cents
         if offered is None:
             return self._ask("counter_discount", min_settlement=dollars(floor))
         return self._ask(
@@ -916,7 +642,7 @@ class ConversationPolicy:
             text = self._say("read_back_settlement", balance=balance, **values)
         else:
             text = self._say("read_back_payment", **values)
-        part = _Part("read_back", text, (("read_back", {}),))  # a disclosure: heard in full
+        part = Part("read_back", text, (("read_back", {}),))  # a disclosure: heard in full
         self._expecting = EXPECTS["read_back"]
         return self._reply([part], question=part)
 
@@ -977,25 +703,6 @@ class ConversationPolicy:
 
     # -- helpers -------------------------------------------------------------------
 
-    def _answers_unheard(self, heard: Understanding) -> bool:
-        """Words that would answer a question the caller never heard to its end."""
-        if self._question_heard or self._question is None:
-            return False
-        answers = heard.intents & {Intent.YES, Intent.NO, Intent.PAY_IN_FULL, Intent.PAYMENT_OFFER}
-        facts = (heard.amount_cents, heard.date, heard.method, heard.date_of_birth, heard.last4)
-        return bool(answers) or any(f is not None for f in facts) or heard.name is not None
-
-    def _ask_again(self) -> Reply:
-        """The current question once more, in full (its answer cannot be taken yet)."""
-        if self._question is None:
-            return self._reply([])
-        return self._reply([self._question], question=self._question)
-
-    def _with_question(self, parts: list[_Part]) -> Reply:
-        if self._question is None:
-            return self._reply(parts)
-        return self._reply([*parts, self._question], question=self._question)
-
     def _unclear(self, key: str | None = None, **values: Any) -> Reply:
         """An answer the agent could not read: ask ``key`` (or the question again, never
         with the balance), and end politely once that has not helped."""
@@ -1021,30 +728,12 @@ class ConversationPolicy:
             return self._ask("purpose_again")
         if question.key == "read_back":  # still the read-back, to be heard in full
             text = self._say("read_back_again", read_back=question.text)
-            part = _Part("read_back", text, question.notes)
+            part = Part("read_back", text, question.notes)
         else:
             part = self._part("didnt_catch", question=question.text)
         reply = self._reply([part], question=part)
         self._question = question  # asked again later, it is not "didn't catch" twice
         return reply
-
-    def _take_owed(self) -> list[_Part]:
-        owed, self._owed = self._owed, []
-        return owed
-
-    def _prefixed(self, prefix: list[_Part], reply: Reply) -> Reply:
-        if not prefix:
-            return reply
-        shift = len(prefix)
-        texts = [p.text for p in prefix] + reply.texts
-        keys = [p.key for p in prefix] + reply.keys
-        notes = {i: list(p.notes) for i, p in enumerate(prefix) if p.notes}
-        notes.update({i + shift: n for i, n in reply.notes.items()})
-        question = None if reply.question is None else reply.question + shift
-        prefixed = Reply(texts, reply.end_call, reply.transfer, None, keys, notes, question)
-        if self._asked is reply:
-            self._asked = prefixed
-        return prefixed
 
     def _is_consumer(self, name: str) -> bool:
         said = name.lower().split()
@@ -1059,45 +748,10 @@ class ConversationPolicy:
             return heard.last4 == a.account_last4
         return False
 
-    def _say(self, key: str, **values: Any) -> str:
-        return self.templates.say(key, consumer_name=self.account.consumer_name, **values)
-
-    def _part(self, key: str, **values: Any) -> _Part:
-        return _Part(key, self._say(key, **values), _notes(key))
-
-    def _ask(self, key: str, *, keep_expecting: bool = False, **values: Any) -> Reply:
-        """Ask ``key``: it becomes the question the caller's next words answer."""
-        part = self._part(key, **values)
-        self._unclear_count = 0
-        if not keep_expecting:
-            self._expecting = EXPECTS.get(key, self._expecting)
-        return self._reply([part], question=part)
-
-    def _reply(self, parts: list[_Part], *, question: _Part | None = None) -> Reply:
-        notes = {i: list(p.notes) for i, p in enumerate(parts) if p.notes}
-        index = None
-        if question is not None:
-            self._question, self._question_heard = question, False
-            index = len(parts) - 1
-        phrase = parts[-1].text if len(parts) == 1 and parts[0].key in PHRASEABLE else None
-        reply = Reply(
-            [p.text for p in parts],
-            phrase=phrase,
-            keys=[p.key for p in parts],
-            notes=notes,
-            question=index,
-        )
-        if question is not None:
-            self._asked = reply
-        return reply
-
-    def _note(self, kind: str, detail: dict[str, Any]) -> None:
-        self.events.append(PolicyEvent(kind, detail, self.clock()))
-
     def _signal(self, kind: str, **detail: Any) -> None:
         self._note("signal", {"kind": kind, **detail})
 
-    def _end(self, disposition: str, parts: list[_Part], transfer: bool = False) -> Reply:
+    def _end(self, disposition: str, parts: list[Part], transfer: bool = False) -> Reply:
         """End the call with ``parts``; ``transfer``: a person takes it from here, and the
         last words say how (a transfer now, or a follow-up)."""
         self.disposition = disposition
@@ -1115,15 +769,6 @@ class ConversationPolicy:
         return reply
 
 
-#: Events that keep the words that were heard.
-_TEXTED = frozenset({"mini_miranda", "time_barred_notice", "read_back"})
-
-
-def _notes(key: str) -> tuple[tuple[str, dict[str, Any]], ...]:
-    """The events a text of ``key`` is noted as once heard in full (its disclosures)."""
-    return tuple((kind, {}) for kind in DISCLOSURES.get(key, ()))
-
-
 def _has_terms(heard: Understanding) -> bool:
     """The turn names an amount, a discount or a number of payments."""
     return (
@@ -1132,16 +777,6 @@ def _has_terms(heard: Understanding) -> bool:
         or heard.installments is not None
         or heard.amounts_ambiguous
     )
-
-
-def _restates(heard: Understanding, counter: Terms) -> bool:
-    """The caller names the counter-offer's own amount back: "okay, $840" accepts it."""
-    if heard.amount_cents != counter.amount_cents or heard.amounts_ambiguous:
-        return False
-    if heard.installments is not None and heard.installments != counter.months:
-        return False
-    monthly = heard.monthly or heard.per is not None
-    return monthly == counter.monthly or (not monthly and not heard.once and counter.monthly)
 
 
 _SPEAKS_AS_RE = re.compile(

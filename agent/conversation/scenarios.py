@@ -23,33 +23,39 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agent.conversation.policy import Account, ConversationPolicy, Reply, Stage, Templates, utc_now
+from agent.conversation.account import Account
+from agent.conversation.exchange import utc_now
+from agent.conversation.policy import ConversationPolicy, Stage
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import Reply, Templates
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scripts"
 
 #: The demo portfolio's consumer, used by the call page and every script that
 #: does not say otherwise.
-DEMO_ACCOUNT: dict[str, Any] = {
-    "consumer_name": "Jordan Smith",
-    "date_of_birth": "1980-03-05",
-    "account_last4": "4821",
-    "creditor": "Acme Bank",
-    "balance": 1200.00,
-    "statute_status": "within",
-    "state": "TX",
-    "max_discount_pct": 30,
-    "min_installment": 50.00,
-    "max_term_months": 12,
-    "timezone": "America/Chicago",
-}
-ACCOUNT_FIELDS = frozenset(DEMO_ACCOUNT)
+#: What a script's ``account`` may set, in its own units (dollars, ISO dates); the rest is
+#: the demo account's (``Account.demo()``).
+ACCOUNT_FIELDS = frozenset(
+    {
+        "consumer_name",
+        "date_of_birth",
+        "account_last4",
+        "creditor",
+        "balance",
+        "statute_status",
+        "state",
+        "max_discount_pct",
+        "min_installment",
+        "max_term_months",
+        "timezone",
+    }
+)
 EXPECT_FIELDS = frozenset({"disposition", "party", "promise"})
 #: How fast the agent's words are heard at text level, to place a line said over them.
 WORDS_PER_SECOND = 2.6
@@ -77,35 +83,40 @@ class Scenario:
 
 
 def account_from(values: dict[str, Any], where: str = "account") -> Account:
-    """An ``Account`` from script values (dollars, ISO dates), checked."""
+    """An ``Account`` from script values (dollars, ISO dates), checked; what they leave out
+    is the demo account's."""
     unknown = set(values) - ACCOUNT_FIELDS
     if unknown:
         raise ScriptError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
-    merged = {**DEMO_ACCOUNT, **values}
     try:
-        dob = merged["date_of_birth"]
-        if dob is not None and not isinstance(dob, dt.date):
-            dob = dt.date.fromisoformat(str(dob))
-        status = merged["statute_status"]
-        if status not in ("within", "time_barred"):
-            raise ScriptError(f"{where}.statute_status: 'within' or 'time_barred', not {status!r}")
-        return Account(
-            consumer_name=str(merged["consumer_name"]),
-            date_of_birth=dob,
-            account_last4=str(merged["account_last4"]) if merged["account_last4"] else None,
-            creditor=str(merged["creditor"]),
-            balance_cents=round(float(merged["balance"]) * 100),
-            time_barred=status == "time_barred",
-            state=str(merged["state"]).upper(),
-            max_discount_pct=float(merged["max_discount_pct"]),
-            min_installment_cents=round(float(merged["min_installment"]) * 100),
-            max_term_months=int(merged["max_term_months"]),
-            timezone=str(merged["timezone"]) if merged["timezone"] else None,
-        )
+        changes = dict(_account_field(name, value, where) for name, value in values.items())
     except (TypeError, ValueError) as e:
         if isinstance(e, ScriptError):
             raise
         raise ScriptError(f"{where}: {e}") from None
+    return replace(Account.demo(), **changes)
+
+
+def _account_field(name: str, value: Any, where: str) -> tuple[str, Any]:
+    """The ``Account`` field a script field sets, and its value in the account's units."""
+    if name == "date_of_birth":
+        dob = value if value is None or isinstance(value, dt.date) else str(value)
+        return name, dt.date.fromisoformat(dob) if isinstance(dob, str) else dob
+    if name == "statute_status":
+        if value not in ("within", "time_barred"):
+            raise ScriptError(f"{where}.statute_status: 'within' or 'time_barred', not {value!r}")
+        return "time_barred", value == "time_barred"
+    if name in ("balance", "min_installment"):
+        return f"{name}_cents", round(float(value) * 100)
+    if name in ("account_last4", "timezone"):
+        return name, str(value) if value else None
+    if name == "state":
+        return name, str(value).upper()
+    if name == "max_discount_pct":
+        return name, float(value)
+    if name == "max_term_months":
+        return name, int(value)
+    return name, str(value)
 
 
 def load_script(path: Path) -> Scenario:

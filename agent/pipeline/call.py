@@ -58,10 +58,11 @@ from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.workers.runner import WorkerRunner
 from sqlalchemy import Engine
 
-from agent.campaigns.predial import record_call
+from agent.campaigns.contact_history import record_call
 from agent.config import Settings
-from agent.conversation.policy import ConversationPolicy, PolicyEvent
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
+from agent.conversation.replies import PolicyEvent
 from agent.ledger.pricebook import CallCost, CallUsage, PriceBook, price_call
 from agent.ledger.records import (
     CallEnded,
@@ -476,7 +477,8 @@ class Call:
         """What the consumer said that the pre-dial gate must honour before the next
         attempt (rule C8, C12, D2, D5, 1006.14(b)(3)), with each signal's details: the
         signals whoever gave them, the conversation, a consented callback
-        (``agent.campaigns.predial.record_call``). Only for a call about a debt in the portfolio."""
+        (``agent.campaigns.contact_history.record_call``). Only for a call about a debt in the
+        portfolio."""
         policy = self.policy
         if policy is None or policy.account.debt_id is None:
             return

@@ -53,8 +53,9 @@ from pipecat.frames.frames import (
 )
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
-from agent.conversation.policy import ConversationPolicy, PolicyEvent
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.redaction import CARD_REMOVED, CODE_REMOVED, EXPIRY_REMOVED
+from agent.conversation.replies import PolicyEvent
 from agent.conversation.spoken_numbers import DIGIT_ITEM, digit_groups
 
 EventSink = Callable[[PolicyEvent], None]

@@ -55,8 +55,9 @@ from pipecat.frames.frames import (
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.conversation.guard import GuardContext, Instruction, OutputGuard, Verdict
-from agent.conversation.policy import ConversationPolicy, PolicyEvent, Reply
+from agent.conversation.policy import ConversationPolicy
 from agent.conversation.redaction import redact_card_numbers
+from agent.conversation.replies import PolicyEvent, Reply
 from agent.pipeline.phrasing import Phrasing, Push
 from agent.pipeline.playout import EPOCH, TAG, PlayedFrame, Playout
 from agent.pipeline.speculation import Speculation

@@ -38,7 +38,7 @@ from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.openai.llm import OpenAILLMService
 
-from agent.conversation.policy import PolicyEvent
+from agent.conversation.replies import PolicyEvent
 from agent.pipeline.http_pools import ServiceSessions
 
 logger = logging.getLogger(__name__)

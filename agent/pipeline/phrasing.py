@@ -33,7 +33,9 @@ from pipecat.frames.frames import Frame, FunctionCallResultProperties
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.llm_service import FunctionCallParams
 
-from agent.conversation.policy import PAYMENT_METHODS, ConversationPolicy, Reply, dollars
+from agent.conversation.account import dollars
+from agent.conversation.policy import PAYMENT_METHODS, ConversationPolicy
+from agent.conversation.replies import Reply
 
 logger = logging.getLogger(__name__)
 

@@ -97,7 +97,8 @@ from pipecat.frames.frames import (
 )
 
 from agent.config import Settings
-from agent.conversation.policy import ConversationPolicy, PolicyEvent, Stage
+from agent.conversation.policy import ConversationPolicy, Stage
+from agent.conversation.replies import PolicyEvent
 from agent.pipeline.card_guard import (
     CardDataHeardFrame,
     has_card_marker,

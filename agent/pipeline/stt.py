@@ -54,8 +54,8 @@ from pipecat.services.settings import STTSettings
 from pipecat.services.stt_service import STTService
 from pipecat.utils.time import time_now_iso8601
 
-from agent.conversation.policy import PolicyEvent
 from agent.conversation.redaction import redact_card_numbers
+from agent.conversation.replies import PolicyEvent
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import aiohttp
 import numpy as np
 from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame, TTSStoppedFrame
 
-from agent.conversation.policy import PolicyEvent
+from agent.conversation.replies import PolicyEvent
 from agent.pipeline.tts import StreamingTTSService
 from agent.pipeline.tts_fallback import CartesiaClient, FallbackError
 

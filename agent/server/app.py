@@ -43,6 +43,7 @@ from pipecat.transports.base_transport import BaseTransport
 from sqlalchemy.orm import Session
 
 from agent.access import Anonymous, Loopback, Refusal, check_routes, guard, is_loopback, refuse
+from agent.campaigns.contact_rules import masked
 from agent.campaigns.dialer import (
     DEFAULT_CONCURRENCY,
     DEFAULT_RATE_PER_S,
@@ -53,7 +54,6 @@ from agent.campaigns.dialer import (
     read_campaign,
 )
 from agent.campaigns.portfolio import UNMATCHED_CALLER, CallerMatch, match_caller
-from agent.campaigns.predial import masked
 from agent.config import Settings
 from agent.console.admin import add_admin_pages
 from agent.console.api import add_api
@@ -65,10 +65,11 @@ from agent.console.live import add_live_calls
 from agent.console.pages import add_console_pages
 from agent.console.recordings import add_recording_routes
 from agent.console.tokens import Token
-from agent.conversation.policy import Account, ConversationPolicy, Templates
-from agent.conversation.scenarios import account_from
+from agent.conversation.account import Account
+from agent.conversation.policy import ConversationPolicy
+from agent.conversation.replies import Templates
 from agent.pipeline.call import Call, CallContext
-from agent.pipeline.live import CALLS, LiveCall, LiveCalls, Reservation
+from agent.pipeline.live_calls import CALLS, LiveCall, LiveCalls, Reservation
 from agent.runtime.context import AgentRuntime
 from agent.server.carriers import (
     StartedCall,
@@ -265,7 +266,7 @@ def inbound_account(ctx: CallContext, info: CallInfo) -> tuple[Account, str | No
         match.reason,
         "the demo account" if demo else "about no debt",
     )
-    return (account_from({}) if demo else UNMATCHED_CALLER), number
+    return (Account.demo() if demo else UNMATCHED_CALLER), number
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from agent.access import Loopback, guard
 from agent.console.tokens import Token
-from agent.pipeline.live import CALLS
+from agent.pipeline.live_calls import CALLS
 
 if TYPE_CHECKING:
     from agent.pipeline.call import CallSummary

@@ -124,7 +124,8 @@ class TenantType(enum.StrEnum):
 
 
 class AttemptOutcome(enum.StrEnum):
-    """What became of a contact attempt; ``agent.campaigns.predial`` decides which count (D3)."""
+    """What became of a contact attempt; ``agent.campaigns.contact_history`` decides which count
+    (D3)."""
 
     #: Reserved by the gate, not yet dialled or not yet reported: counts.
     DIALING = "dialing"
@@ -332,7 +333,7 @@ class Consumer(Base):
     The address's time zone is the first of the zones D4 checks;
     ``attorney_name`` (D6), ``inconvenient`` windows and
     ``workplace_forbids_calls`` (D5) are set by the portfolio or by what the
-    consumer said on a call (``agent.campaigns.predial.apply_signal``).
+    consumer said on a call (``agent.campaigns.contact_history.apply_signal``).
     """
 
     __tablename__ = "consumers"

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.pipeline.live import LiveCall, LiveCalls
+from agent.pipeline.live_calls import LiveCall, LiveCalls
 from telephony.line import LineBusy
 
 
