@@ -742,11 +742,11 @@ async def _progress(
 async def run_soak(calls: int, minutes: float, seed: int, progress_s: float = PROGRESS_S) -> Soak:
     """Start the stub models and the worker, warm up, churn for ``minutes``, drain, read."""
     from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError, free_port
-    from tools.bench_sip import _caller_audio
+    from tools.bench_sip_callers import caller_audio
 
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         workdir = Path(tmp)
-        audio = _caller_audio()
+        audio = caller_audio()
         async with await ModelServers.start(stub=True, log_dir=workdir) as stub:
             port, sip_port = free_port(), _free_udp_port()
             db = workdir / "soak.db"
