@@ -27,7 +27,6 @@ OVERSIZED: dict[str, int] = {
     "agent/conversation/guard.py": 1080,
     "agent/conversation/policy.py": 1134,
     "agent/ledger/plan.py": 1183,
-    "tools/bench_console.py": 1130,
     "tools/bench_soak.py": 1010,
 }
 #: Functions over the limit today (path:qualified name), with their length.
@@ -41,8 +40,6 @@ LONG_FUNCTIONS: dict[str, int] = {
     "telephony/sip/ua.py:SipEndpoint.invite": 109,
     "tools/bench.py:run_guard_bench": 178,
     "tools/bench.py:run_stt_bench": 90,
-    "tools/bench_console.py:_calls_chunk": 102,
-    "tools/bench_console.py:seed": 107,
     "tools/bench_phrase.py:_hold": 109,
     "tools/cli.py:add_parsers": 143,
     "tools/cli.py:run": 95,
