@@ -27,7 +27,6 @@ OVERSIZED: dict[str, int] = {
     "agent/conversation/guard.py": 1080,
     "agent/conversation/policy.py": 1134,
     "agent/ledger/plan.py": 1183,
-    "tools/bench_soak.py": 1010,
 }
 #: Functions over the limit today (path:qualified name), with their length.
 LONG_FUNCTIONS: dict[str, int] = {
