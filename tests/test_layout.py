@@ -37,9 +37,6 @@ LONG_FUNCTIONS: dict[str, int] = {
     "agent/pipeline/call.py:Call._build": 138,
     "telephony/sip/ua.py:SipEndpoint._on_invite": 86,
     "telephony/sip/ua.py:SipEndpoint.invite": 109,
-    "tools/bench.py:run_guard_bench": 178,
-    "tools/bench.py:run_stt_bench": 90,
-    "tools/bench_phrase.py:_hold": 109,
     "tools/cli.py:add_parsers": 143,
     "tools/cli.py:run": 95,
 }
