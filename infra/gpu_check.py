@@ -6,11 +6,10 @@ on the GPU in bf16, timed with CUDA events on random inputs, and freed before th
 ``--dry-run`` runs the same code on the CPU with tiny configs so CI knows the script works
 before a GPU session spends its minutes on it.
 
-    python -m infra.gpu_check [--dry-run] [--out FILE] [--profile FILE]
+    python -m infra.gpu_check [--dry-run] [--out FILE]
 
-``--profile`` also writes the figures as the planner's stage profile
-(``agent/ledger/profiles/gpu.json``, in ``agent.ledger.stage_profiles``' format), which
-``python -m agent plan`` reads.
+The report knows nothing of the agent; ``python -m tools.gpu_profile FILE`` turns it into the
+planner's stage profile (``agent/ledger/profiles/gpu.json``) in a checkout.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import gc
 import json
 import logging
 import platform
-import re
 import statistics
 import sys
 import time
@@ -500,138 +498,11 @@ def run_checks(plan: Plan, only: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
-def compute_class(device: str) -> str:
-    """The price book's compute class for a device name ("NVIDIA H100 80GB HBM3" -> h100)."""
-    name = device.lower()
-    for known in ("h100", "h200"):
-        if known in name:
-            return known
-    return re.sub(r"[^a-z0-9]+", "-", name).strip("-") or "unknown"
-
-
-def _ms(entry: Any, key: str = "ms") -> float | None:
-    if isinstance(entry, dict) and isinstance(entry.get(key), int | float):
-        return float(entry[key])
-    return None
-
-
-def planner_profile(report: dict[str, Any], command: str = "") -> dict[str, Any]:
-    """The report's figures as stage options for the planner (``python -m agent plan``).
-
-    Every figure is the median of a few iterations of model time alone (no server, no
-    network, no batching window), so each option has a p50 and nothing else: the planner
-    will not assume a p95 it was not given. Calls per unit is the batch: every call using
-    the stage at the same moment, the pessimistic reading.
-    """
-    from agent.ledger.stage_profiles import profile_document, stage_option
-
-    compute = compute_class(str(report.get("device", "")))
-    engine = f"transformers eager, {report.get('dtype', '?')}"
-    results = report.get("results", {})
-    options: list[dict[str, Any]] = []
-
-    whisper = results.get("whisper", {})
-    for key, entry in whisper.items():
-        if key.startswith("batch_") and (ms := _ms(entry)) is not None:
-            batch = int(key.removeprefix("batch_"))
-            options.append(
-                stage_option(
-                    "stt",
-                    f"Whisper large-v3-turbo ({engine}), {compute}",
-                    latency_ms={"p50": ms},
-                    batch=batch,
-                    placement={"compute": compute, "concurrent_calls": batch},
-                    throughput={"audio_s_per_s": float(entry.get("audio_s_per_s", 0.0))},
-                    note=f"median model time: a {whisper.get('window_s', 30):g} s window "
-                    f"encoded + {whisper.get('decode_tokens', '?')} cached decode steps, "
-                    f"{batch} finals at once",
-                )
-            )
-
-    gemma = results.get("gemma", {})
-    prefill = _ms(gemma.get("prefill_after_cached_prefix"))
-    if prefill is not None:
-        cached = (
-            f"{gemma.get('new_tokens_cached', '?')} new tokens after a cached "
-            f"{gemma.get('prefix_tokens', '?')}-token prefix"
-        )
-        options.append(
-            stage_option(
-                "llm",
-                f"Gemma 3 27B ({engine}), {compute}, cached system prefix",
-                latency_ms={"p50": prefill},
-                batch=1,
-                placement={"compute": compute, "concurrent_calls": 1},
-                note=f"median model time to the first token on an idle GPU: prefill of {cached}",
-            )
-        )
-        for key, entry in gemma.items():
-            step = _ms(entry, "ms_per_step")
-            if not key.startswith("decode_batch_") or step is None:
-                continue
-            batch = int(key.removeprefix("decode_batch_"))
-            if batch == 1:
-                continue
-            options.append(
-                stage_option(
-                    "llm",
-                    f"Gemma 3 27B ({engine}), {compute}, cached system prefix",
-                    latency_ms={"p50": prefill + step},
-                    batch=batch,
-                    placement={"compute": compute, "concurrent_calls": batch},
-                    throughput={"tokens_per_s": float(entry.get("tokens_per_s", 0.0))},
-                    note=f"estimate: a request arriving while {batch} sequences decode waits "
-                    f"for the step in flight ({step:g} ms median) then its prefill of {cached}",
-                )
-            )
-
-    orpheus, snac = results.get("orpheus", {}), results.get("snac", {})
-    budget = orpheus.get("step_budget_ms")
-    frames = snac.get("frames_per_call")
-    snac_ms = {
-        int(key.removeprefix("compiled_batch_")): ms
-        for key, entry in snac.items()
-        if key.startswith("compiled_batch_") and (ms := _ms(entry)) is not None
-    }
-    for key, entry in orpheus.items():
-        step = _ms(entry, "ms_per_step")
-        if not key.startswith("batch_") or step is None or budget is None or frames is None:
-            continue
-        batch = int(key.removeprefix("batch_"))
-        decoder = min((b for b in snac_ms if b >= batch), default=None)
-        if step > budget or decoder is None:
-            continue  # not real time, or no SNAC decode measured at this batch
-        tokens = int(frames) * ORPHEUS_TOKENS_PER_FRAME
-        options.append(
-            stage_option(
-                "tts",
-                f"Orpheus 3B + SNAC ({engine}, SNAC compiled), {compute}",
-                latency_ms={"p50": tokens * step + snac_ms[decoder]},
-                batch=batch,
-                placement={"compute": compute, "concurrent_calls": batch},
-                note=f"estimate: {tokens} tokens ({frames} SNAC frames) at {step:g} ms a step "
-                f"for {batch} streams, + SNAC's decode of them at batch {decoder}; the prompt's "
-                "prefill is not timed",
-            )
-        )
-    return profile_document(
-        "gpu",
-        options,
-        command=command or "python -m infra.gpu_check --profile agent/ledger/profiles/gpu.json",
-        machine=f"{report.get('device', '?')}, torch {report.get('torch', '?')}, "
-        f"transformers {report.get('transformers', '?')}",
-        report="docs/benchmarks/gpu.md",
-    )
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true", help="tiny configs on the CPU")
     parser.add_argument("--out", help="also write the JSON to this file")
     parser.add_argument("--only", nargs="*", choices=sorted(CHECKS), help="run only these checks")
-    parser.add_argument(
-        "--profile", help="also write the figures as the planner's stage profile to this file"
-    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     if not args.dry_run and not torch.cuda.is_available():
@@ -642,13 +513,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.out:
         with open(args.out, "w", encoding="utf-8") as file:
             file.write(text + "\n")
-    if args.profile:
-        from agent.ledger.stage_profiles import write_profile
-
-        command = "python -m infra.gpu_check " + " ".join(
-            argv if argv is not None else sys.argv[1:]
-        )
-        write_profile(planner_profile(report, command.strip()), args.profile)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 #   pip download snac==1.2.1 einops==0.8.2 --no-deps -d wheels/
 #   echo /wheels/ >> .git/info/exclude
 # Then, with the device tool: run(command="bash infra/gpu_check.sh", carry=["wheels"],
-# timeout_s=600). The JSON comes back as $OUT/gpu_check.json (stdout has it too).
+# timeout_s=600). The JSON comes back as $OUT/gpu_check.json (stdout has it too); here,
+# `python -m tools.gpu_profile gpu_check.json` writes it as the planner's profile.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -c "import snac" 2>/dev/null \

@@ -33,19 +33,16 @@ from infra.stt_batcher import (
     Transcriber,
     TranscriptionBatcher,
 )
+from infra.whisper import LOG_PROB_THRESHOLD, MODEL_SAMPLE_RATE, NO_SPEECH_THRESHOLD
 
 logger = logging.getLogger(__name__)
 
-MODEL_SAMPLE_RATE = 16000
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 24000, 48000)
 MAX_TURN_SECONDS = 30.0
 """Whisper sees at most 30 s at once: a longer turn is cut into forced finals."""
 START_TIMEOUT_S = 10.0
 """How long a new stream may stay silent before it must have sent ``start``."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-NO_SPEECH_THRESHOLD = 0.6
-LOG_PROB_THRESHOLD = -1.0
-"""faster-whisper's defaults: a row this likely silent and this unsure of its words is silence."""
 BACKENDS = ("faster-whisper", "transformers", "trtllm")
 
 

@@ -29,7 +29,7 @@ from transformers import CompileConfig, WhisperForConditionalGeneration, Whisper
 from transformers.modeling_outputs import BaseModelOutput
 
 from infra.stt_batcher import DEFAULT_MAX_BATCH
-from infra.stt_server import LOG_PROB_THRESHOLD, MODEL_SAMPLE_RATE, NO_SPEECH_THRESHOLD
+from infra.whisper import LOG_PROB_THRESHOLD, MODEL_SAMPLE_RATE, NO_SPEECH_THRESHOLD
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from infra.stt_batcher import DEFAULT_MAX_BATCH
-from infra.stt_server import MODEL_SAMPLE_RATE
+from infra.whisper import MODEL_SAMPLE_RATE
 
 logger = logging.getLogger(__name__)
 

@@ -14,27 +14,26 @@ import onnxruntime
 import pytest
 
 from agent.config import Settings
-from tools.bench_endpoint import (
+from tools.bench_endpoint import run_endpoint_bench, run_endpoint_command
+from tools.bench_endpoint_corpus import (
     LEAD_S,
-    Config,
-    ConfigResult,
     CorpusTurn,
-    TurnOutcome,
-    _AudioClock,
     _voiced_windows,
-    audio_time,
     boundary_gaps,
     build_corpus,
-    classify,
-    measure,
-    pause_table,
-    recommend,
-    run_endpoint_bench,
-    run_endpoint_command,
     speak_turns,
     split_clauses,
-    table,
 )
+from tools.bench_endpoint_driver import (
+    Config,
+    ConfigResult,
+    TurnOutcome,
+    _AudioClock,
+    audio_time,
+    classify,
+    measure,
+)
+from tools.bench_endpoint_report import pause_table, recommend, table
 
 RATE = 16000
 

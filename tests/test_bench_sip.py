@@ -12,14 +12,8 @@ import shutil
 import pytest
 
 from telephony.rtp.sender import LatenessHistogram
-from tools.bench_sip import (
-    ANSWER_SLACK_MS,
-    Packets,
-    Step,
-    _window,
-    run_capacity_bench,
-    run_sip_bench,
-)
+from tools.bench_sip import ANSWER_SLACK_MS, Packets, Step, run_capacity_bench, run_sip_bench
+from tools.bench_sip_worker import _window
 
 COLUMNS = (
     "transport",

@@ -16,17 +16,11 @@ import pytest
 
 from telephony.rtp.sender import LatenessHistogram
 from tools.bench_soak import (
-    CALL_S,
     FD_TOLERANCE,
-    FIRST_S,
-    KINDS,
-    RTP_STOP_S,
     STEADY_S,
     TASK_TOLERANCE,
     Sample,
     Soak,
-    Tally,
-    churn_plan,
     metric,
     per_hour,
     report,
@@ -34,6 +28,7 @@ from tools.bench_soak import (
     run_soak_command,
     steady_rss,
 )
+from tools.bench_soak_callers import CALL_S, FIRST_S, KINDS, RTP_STOP_S, Tally, churn_plan
 
 
 def test_the_plan_is_the_seeds_and_starts_with_one_call_of_each_kind():

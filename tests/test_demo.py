@@ -1,4 +1,5 @@
-"""Demo data (tools/demo.py): calls made by the real policy, gate, store and price book.
+"""Demo data (tools/demo.py and its parts): calls made by the real policy, gate, store and price
+book.
 
 The unit tests inject a fixed set of measured turns (``FAKE_LATENCIES``), so every
 latency a demo turn carries can be traced back to one of them; the last test makes
@@ -29,23 +30,19 @@ from agent.ledger.records import CallEnded, CallEventRecord, CallStarted, TurnRe
 from agent.store.database import StoreWriter, create_engine_for, upgrade
 from agent.store.tables import Call, Consumer, ContactAttempt, Promise
 from tests.conftest import settings_for
-from tools.demo import (
+from tools.demo import DemoOptions, generate, run_demo
+from tools.demo_callers import _verification_line, caller_lines, hold_conversation
+from tools.demo_measured import (
     AUDIO_PREFIX,
     DEMO_PREFIX,
     LATENCY_PARTS,
     DemoError,
-    DemoOptions,
     MeasuredCall,
     MeasuredTurn,
     Measurements,
-    _verification_line,
-    caller_lines,
-    generate,
-    hold_conversation,
     load_measurements,
-    portfolio_rows,
-    run_demo,
 )
+from tools.demo_portfolio import portfolio_rows
 
 PROMPTS = PromptSet.load("collections-v3")
 NOW = dt.datetime(2026, 11, 20, 17, 30, tzinfo=dt.UTC)

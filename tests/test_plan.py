@@ -27,7 +27,6 @@ from agent.ledger.stage_profiles import (
     stage_option,
     write_profile,
 )
-from infra import gpu_check
 from tools.bench import SttRun, own_overhead_ms, stt_profile, turn_profile
 
 # A price book where every figure is easy to check by hand: one GPU at $6/hour is
@@ -535,84 +534,6 @@ def test_the_stt_bench_writes_one_option_per_setting_and_stream_count(tmp_path: 
     assert four.placement is not None and four.placement.concurrent_calls == 4
     assert four.throughput["audio_s_per_s"] == pytest.approx(8.0)
     assert four.throughput["finals_per_model_call"] == pytest.approx(4.0)
-
-
-GPU_REPORT: dict[str, Any] = {
-    "dry_run": False,
-    "device": "NVIDIA H100 80GB HBM3",
-    "dtype": "bfloat16",
-    "torch": "2.13.0",
-    "transformers": "5.24.0",
-    "results": {
-        "whisper": {
-            "window_s": 30.0,
-            "decode_tokens": 32,
-            "batch_1": {"ms": 40.0, "audio_s_per_s": 750.0},
-            "batch_8": {"ms": 80.0, "audio_s_per_s": 3000.0},
-            "batch_16": {"error": "OutOfMemoryError: ..."},
-        },
-        "gemma": {
-            "prefix_tokens": 1500,
-            "new_tokens_cached": 100,
-            "prefill_full": {"ms": 150.0},
-            "prefill_after_cached_prefix": {"ms": 30.0},
-            "decode_batch_1": {"ms_per_step": 20.0, "tokens_per_s": 50.0},
-            "decode_batch_8": {"ms_per_step": 25.0, "tokens_per_s": 320.0},
-        },
-        "orpheus": {
-            "step_budget_ms": 12.19,
-            "batch_1": {"ms_per_step": 10.0},
-            "batch_16": {"ms_per_step": 12.0},
-            "batch_64": {"ms_per_step": 15.0},
-            "largest_real_time_batch": 16,
-        },
-        "snac": {
-            "frames_per_call": 4,
-            "eager_batch_1": {"ms": 9.0},
-            "compiled_batch_1": {"ms": 3.0},
-            "compiled_batch_32": {"ms": 6.0},
-        },
-    },
-}
-
-
-def test_the_gpu_check_writes_median_only_options_the_planner_will_not_stretch(
-    tmp_path: Path,
-) -> None:
-    doc = gpu_check.planner_profile(GPU_REPORT, "python -m infra.gpu_check --profile x")
-    profile = load_profile(write_profile(doc, tmp_path / "gpu.json"))
-    by = {(o.stage, o.batch): o for o in profile.options}
-    assert set(by) == {("stt", 1), ("stt", 8), ("llm", 1), ("llm", 8), ("tts", 1), ("tts", 16)}
-    assert by[("stt", 8)].p50 == 80 and by[("stt", 8)].at(0.95) is None
-    assert by[("stt", 8)].placement == stage_profiles.Placement(compute="h100", concurrent_calls=8)
-    assert by[("llm", 1)].p50 == 30 and by[("llm", 8)].p50 == 55
-    # 4 SNAC frames = 28 tokens at 12 ms, + SNAC's decode at the next batch measured (32).
-    assert by[("tts", 16)].p50 == pytest.approx(28 * 12 + 6)
-    assert by[("tts", 1)].p50 == pytest.approx(28 * 10 + 3)
-    assert gpu_check.compute_class("NVIDIA H200") == "h200"
-    assert gpu_check.compute_class("x86_64") == "x86-64"
-    # At p95 every GPU option is left out, with its reason; at the median they are used.
-    turn_doc = synthetic()[0]
-    profiles = [profile, stage_profiles.parse_profile(turn_doc)]
-    book = PriceBook.load()
-    with pytest.raises(ProfileError, match=r"no usable stt option at p95 .*no p95"):
-        plan(profiles, book)
-    median = plan(profiles, book, q=0.5, target_ms=1000)
-    cheapest = median.cheapest
-    assert cheapest is not None and not cheapest.declared_stages
-    assert cheapest.options["stt"].batch == 8  # 8 calls on one GPU cost less than 1
-
-
-def test_the_gpu_check_command_line_writes_the_profile(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(gpu_check.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(gpu_check, "run_checks", lambda plan, only=None: GPU_REPORT)
-    out, profile = tmp_path / "report.json", tmp_path / "profiles" / "gpu.json"
-    gpu_check.main(["--out", str(out), "--profile", str(profile)])
-    assert json.loads(out.read_text()) == GPU_REPORT
-    written = load_profile(profile)
-    assert written.name == "gpu" and written.command.endswith(f"--profile {profile}")
 
 
 def test_a_gpu_md_without_its_profile_is_noted(profiles: Path, book_path: Path) -> None:

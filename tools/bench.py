@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from agent.config import Settings
+from agent.conversation.guard import GuardContext, Instruction, OutputGuard
 from agent.conversation.intents import understand
 from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.scenarios import builtin_scenarios
@@ -328,6 +329,33 @@ async def _stt_run(
     return SttRun(streams, audio, wall, finals, stats.model_calls, stats.finals)
 
 
+def _stt_table(results: dict[str, list[SttRun]]) -> str:
+    """One row per stream count: each setting's throughput and final p50, and the gain."""
+    lines = [
+        "| streams | batch 1: audio s / s | batch 1: final p50 ms | batched: audio s / s "
+        "| batched: final p50 ms | finals per model call | speed-up |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for single, batched in zip(results["batch 1"], results["batched"], strict=True):
+        lines.append(
+            f"| {single.streams} | {single.throughput:.2f} | "
+            f"{percentile(single.final_ms, 0.5):.0f} | {batched.throughput:.2f} | "
+            f"{percentile(batched.final_ms, 0.5):.0f} | "
+            f"{batched.finals / batched.model_calls:.2f} | "
+            f"{batched.throughput / single.throughput:.2f}× |"
+        )
+    return "\n".join(lines)
+
+
+_STT_WINDOWS = (
+    "Every Whisper window is 30 s of mel frames whatever the utterance's length, so "
+    "the encoder's cost grows with the rows of a batch; on a CPU the cores are "
+    "already busy with one row, and batching saves only the per-call overhead and "
+    "the decoder's per-step cost. On a GPU a batch of rows costs little more than "
+    "one (see docs/benchmarks/gpu.md when measured), which is where batching pays."
+)
+
+
 async def run_stt_bench(
     output: str = "docs/benchmarks/stt.md",
     streams: Sequence[int] = (1, 2, 4, 8),
@@ -365,20 +393,7 @@ async def run_stt_bench(
                 f"{run.wall_seconds:.2f} s, {run.model_calls} model calls",
                 flush=True,
             )
-    lines = [
-        "| streams | batch 1: audio s / s | batch 1: final p50 ms | batched: audio s / s "
-        "| batched: final p50 ms | finals per model call | speed-up |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for single, batched in zip(results["batch 1"], results["batched"], strict=True):
-        lines.append(
-            f"| {single.streams} | {single.throughput:.2f} | "
-            f"{percentile(single.final_ms, 0.5):.0f} | {batched.throughput:.2f} | "
-            f"{percentile(batched.final_ms, 0.5):.0f} | "
-            f"{batched.finals / batched.model_calls:.2f} | "
-            f"{batched.throughput / single.throughput:.2f}× |"
-        )
-    text = "\n".join(lines)
+    text = _stt_table(results)
     print()
     print(text)
     command = (
@@ -404,11 +419,7 @@ async def run_stt_bench(
             "",
             text,
             "",
-            "Every Whisper window is 30 s of mel frames whatever the utterance's length, so "
-            "the encoder's cost grows with the rows of a batch; on a CPU the cores are "
-            "already busy with one row, and batching saves only the per-call overhead and "
-            "the decoder's per-step cost. On a GPU a batch of rows costs little more than "
-            "one (see docs/benchmarks/gpu.md when measured), which is where batching pays.",
+            _STT_WINDOWS,
             "",
         ]
     )
@@ -542,6 +553,161 @@ def _guard_bench_corpus() -> tuple[list[tuple[str, bool]], list[str]]:
     return agent, caller
 
 
+#: What each row of the guard bench times, by its sample key.
+_GUARD_ROWS = (
+    ("baseline", "one `re.search` of a trivial pattern, per sentence (floor)"),
+    ("aggregation", "pipecat sentence aggregation, per sentence (baseline)"),
+    ("guard", "`OutputGuard.check`, per sentence, all"),
+    ("allowed", "`OutputGuard.check`, sentences allowed"),
+    ("blocked", "`OutputGuard.check`, sentences blocked"),
+    ("allow", "`OutputGuard.check` with the turn's instruction (deny + allow-list)"),
+    ("response", "`OutputGuard.check_response`, per LLM response (1-2 sentences)"),
+    ("redact", "`redact_card_numbers`, per caller turn"),
+    ("understand", "`understand` (redaction included), per caller turn"),
+)
+_GUARD_BASELINE = (
+    "The baseline is what the pipeline already pays for each sentence in "
+    "the same place: pipecat's sentence aggregation, `match_endofsentence` on the "
+    "text so far once per streamed word. The floor is one `re.search` of a trivial "
+    "precompiled pattern. The budget for the guard is 1-2 ms per sentence."
+)
+_GUARD_INSTRUCTED = (
+    "A phrased turn is checked with its instruction: the deny rules, then the "
+    "allow-list (every figure, name, date, word of it justified by the policy's "
+    "reference and the stage's facts), then the response as a whole (its length, "
+    "the reference's figures, question and key terms). The guard's processor holds "
+    "the LLM's whole response until all of that has passed, so nothing of it is "
+    "spoken before: the voice starts at the response's end, not at its first "
+    "clause as before this check. What that costs is the LLM's time from its first "
+    "words to its last, not the check (tens of µs): see the phrase-mode section, "
+    "where it is measured on the CPU model."
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _GuardWork:
+    """What the guard bench checks: sentences, caller turns, responses, their contexts."""
+
+    agent: list[tuple[str, bool]]
+    caller: list[str]
+    #: LLM responses (one or two sentences) with whether the caller is verified.
+    responses: list[tuple[str, bool]]
+    #: The plain contexts and those with the turn's instruction, by verified.
+    plain: dict[bool, GuardContext]
+    instructed: dict[bool, GuardContext]
+
+    @classmethod
+    def build(cls) -> _GuardWork:
+        from agent.conversation.scenarios import account_from
+
+        agent, caller = _guard_bench_corpus()
+        # The demo account: balance $1,200, 30 % off at most, $50 a month, 12 months.
+        demo = account_from({})
+        # With the turn's instruction (the policy's counter-offer; before verification, the
+        # identity question), as the guard's processor checks phrased turns.
+        counter = (
+            "The lowest monthly payment I can set up is $100 a month, for 12 months. "
+            "Would that work for you?"
+        )
+        question = f"Am I speaking with {demo.consumer_name}?"
+        said = {True: counter, False: question}
+        responses = [
+            (f"{agent[i][0]} {agent[(i + 1) % len(agent)][0]}", agent[i][1])
+            for i in range(len(agent))
+        ] + [(counter, True), (f"Thank you. {counter}", True), (question, False)]
+        return cls(
+            agent,
+            caller,
+            responses,
+            {v: GuardContext.for_account(demo, verified=v) for v in (True, False)},
+            {
+                v: GuardContext.for_account(
+                    demo, verified=v, instruction=Instruction.for_turn(said[v], demo, verified=v)
+                )
+                for v in (True, False)
+            },
+        )
+
+
+def _aggregate(sentence: str) -> None:
+    """pipecat's sentence aggregation over a sentence streamed word by word."""
+    from pipecat.utils.string import match_endofsentence
+
+    words = sentence.split(" ")
+    for i in range(1, len(words) + 1):
+        match_endofsentence(" ".join(words[:i]))
+
+
+def _time_guard(work: _GuardWork, sentences: int) -> tuple[dict[str, list[int]], int]:
+    """Nanoseconds per call of each part timed, by row key; and the checks that blocked."""
+    import datetime as dt
+    import re
+    import time
+
+    guard = OutputGuard()
+    trivial = re.compile(r"\bfee\b")
+    today = dt.date(2026, 12, 2)
+    samples: dict[str, list[int]] = {key: [] for key, _ in _GUARD_ROWS if key != "guard"}
+    # One untimed pass loads what loads lazily (regex caches, the sentence splitter).
+    for sentence, verified in work.agent:
+        guard.check(sentence, work.plain[verified])
+        guard.check(sentence, work.instructed[verified])
+        _aggregate(sentence)
+    for text, verified in work.responses:
+        guard.check_response(text, work.instructed[verified])
+    for turn in work.caller:
+        understand(turn, today=today)
+    blocked_count = 0
+    for n in range(sentences):
+        sentence, verified = work.agent[n % len(work.agent)]
+        t0 = time.perf_counter_ns()
+        trivial.search(sentence)
+        t1 = time.perf_counter_ns()
+        _aggregate(sentence)
+        t2 = time.perf_counter_ns()
+        verdict = guard.check(sentence, work.plain[verified])
+        t3 = time.perf_counter_ns()
+        samples["baseline"].append(t1 - t0)
+        samples["aggregation"].append(t2 - t1)
+        samples["allowed" if verdict.allowed else "blocked"].append(t3 - t2)
+        blocked_count += not verdict.allowed
+        turn = work.caller[n % len(work.caller)]
+        t4 = time.perf_counter_ns()
+        redact_card_numbers(turn)
+        t5 = time.perf_counter_ns()
+        understand(turn, today=today)
+        t6 = time.perf_counter_ns()
+        samples["redact"].append(t5 - t4)
+        samples["understand"].append(t6 - t5)
+        t7 = time.perf_counter_ns()
+        guard.check(sentence, work.instructed[verified])
+        t8 = time.perf_counter_ns()
+        text, response_verified = work.responses[n % len(work.responses)]
+        guard.check_response(text, work.instructed[response_verified])
+        t9 = time.perf_counter_ns()
+        samples["allow"].append(t8 - t7)
+        samples["response"].append(t9 - t8)
+    samples["guard"] = samples["allowed"] + samples["blocked"]
+    return samples, blocked_count
+
+
+def _guard_table(samples: dict[str, list[int]]) -> str:
+    floor = percentile(samples["baseline"], 0.5) / 1000
+    aggregation = percentile(samples["aggregation"], 0.5) / 1000
+    lines = [
+        "| what | calls | median µs | p99 µs | median × aggregation | median × re.search |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, label in _GUARD_ROWS:
+        ns = samples[key]
+        p50 = percentile(ns, 0.5) / 1000
+        lines.append(
+            f"| {label} | {len(ns)} | {p50:.1f} | {percentile(ns, 0.99) / 1000:.1f} | "
+            f"{p50 / aggregation:.2f} | {p50 / floor:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def run_guard_bench(
     output: str = "docs/benchmarks/guard.md", sentences: int = 2000, phrase_repeats: int = 0
 ) -> int:
@@ -554,126 +720,9 @@ def run_guard_bench(
     builtin scenarios with the embedded base model (``tools.bench_phrase``); the
     command fails if a sentence it spoke fails the allow-list.
     """
-    import datetime as dt
-    import re
-    import time
-
-    from pipecat.utils.string import match_endofsentence
-
-    from agent.conversation.guard import GuardContext, Instruction, OutputGuard
-    from agent.conversation.scenarios import account_from
-
-    agent, caller = _guard_bench_corpus()
-    guard = OutputGuard()
-    # The demo account: balance $1,200, 30 % off at most, $50 a month, 12 months.
-    demo = account_from({})
-    verified = GuardContext.for_account(demo, verified=True)
-    unverified = GuardContext.for_account(demo, verified=False)
-    # With the turn's instruction (the policy's counter-offer; before verification, the
-    # identity question), as the guard's processor checks phrased turns.
-    counter = (
-        "The lowest monthly payment I can set up is $100 a month, for 12 months. "
-        "Would that work for you?"
-    )
-    question = f"Am I speaking with {demo.consumer_name}?"
-    instructed = {
-        True: GuardContext.for_account(
-            demo, verified=True, instruction=Instruction.for_turn(counter, demo, verified=True)
-        ),
-        False: GuardContext.for_account(
-            demo,
-            verified=False,
-            instruction=Instruction.for_turn(question, demo, verified=False),
-        ),
-    }
-    responses = [
-        (f"{agent[i][0]} {agent[(i + 1) % len(agent)][0]}", agent[i][1]) for i in range(len(agent))
-    ] + [(counter, True), (f"Thank you. {counter}", True), (question, False)]
-    trivial = re.compile(r"\bfee\b")
-    today = dt.date(2026, 12, 2)
-
-    def aggregate(sentence: str) -> None:
-        words = sentence.split(" ")
-        for i in range(1, len(words) + 1):
-            match_endofsentence(" ".join(words[:i]))
-
-    samples: dict[str, list[int]] = {
-        "baseline": [],
-        "aggregation": [],
-        "allowed": [],
-        "blocked": [],
-        "redact": [],
-        "understand": [],
-        "allow": [],
-        "response": [],
-    }
-    # One untimed pass loads what loads lazily (regex caches, the sentence splitter).
-    for sentence, is_verified in agent:
-        guard.check(sentence, verified if is_verified else unverified)
-        guard.check(sentence, instructed[is_verified])
-        aggregate(sentence)
-    for text, is_verified in responses:
-        guard.check_response(text, instructed[is_verified])
-    for turn in caller:
-        understand(turn, today=today)
-    blocked_count = 0
-    for n in range(sentences):
-        sentence, is_verified = agent[n % len(agent)]
-        ctx = verified if is_verified else unverified
-        t0 = time.perf_counter_ns()
-        trivial.search(sentence)
-        t1 = time.perf_counter_ns()
-        aggregate(sentence)
-        t2 = time.perf_counter_ns()
-        verdict = guard.check(sentence, ctx)
-        t3 = time.perf_counter_ns()
-        samples["baseline"].append(t1 - t0)
-        samples["aggregation"].append(t2 - t1)
-        samples["allowed" if verdict.allowed else "blocked"].append(t3 - t2)
-        blocked_count += not verdict.allowed
-        turn = caller[n % len(caller)]
-        t4 = time.perf_counter_ns()
-        redact_card_numbers(turn)
-        t5 = time.perf_counter_ns()
-        understand(turn, today=today)
-        t6 = time.perf_counter_ns()
-        samples["redact"].append(t5 - t4)
-        samples["understand"].append(t6 - t5)
-        t7 = time.perf_counter_ns()
-        guard.check(sentence, instructed[is_verified])
-        t8 = time.perf_counter_ns()
-        text, response_verified = responses[n % len(responses)]
-        guard.check_response(text, instructed[response_verified])
-        t9 = time.perf_counter_ns()
-        samples["allow"].append(t8 - t7)
-        samples["response"].append(t9 - t8)
-    samples["guard"] = samples["allowed"] + samples["blocked"]
-
-    floor = percentile(samples["baseline"], 0.5) / 1000
-    aggregation = percentile(samples["aggregation"], 0.5) / 1000
-    rows = [
-        ("baseline", "one `re.search` of a trivial pattern, per sentence (floor)"),
-        ("aggregation", "pipecat sentence aggregation, per sentence (baseline)"),
-        ("guard", "`OutputGuard.check`, per sentence, all"),
-        ("allowed", "`OutputGuard.check`, sentences allowed"),
-        ("blocked", "`OutputGuard.check`, sentences blocked"),
-        ("allow", "`OutputGuard.check` with the turn's instruction (deny + allow-list)"),
-        ("response", "`OutputGuard.check_response`, per LLM response (1-2 sentences)"),
-        ("redact", "`redact_card_numbers`, per caller turn"),
-        ("understand", "`understand` (redaction included), per caller turn"),
-    ]
-    lines = [
-        "| what | calls | median µs | p99 µs | median × aggregation | median × re.search |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for key, label in rows:
-        ns = samples[key]
-        p50 = percentile(ns, 0.5) / 1000
-        lines.append(
-            f"| {label} | {len(ns)} | {p50:.1f} | {percentile(ns, 0.99) / 1000:.1f} | "
-            f"{p50 / aggregation:.2f} | {p50 / floor:.0f} |"
-        )
-    text = "\n".join(lines)
+    work = _GuardWork.build()
+    samples, blocked_count = _time_guard(work, sentences)
+    text = _guard_table(samples)
     print(text)
     report = "\n".join(
         [
@@ -683,25 +732,14 @@ def run_guard_bench(
             f"`python -m agent bench guard --sentences {sentences}"
             f"{f' --phrase --repeats {phrase_repeats}' if phrase_repeats else ''}`.",
             "",
-            f"{sentences} agent sentences ({len(agent)} distinct, {blocked_count} checks "
+            f"{sentences} agent sentences ({len(work.agent)} distinct, {blocked_count} checks "
             "blocked) and as many caller turns "
-            f"({len(caller)} distinct), cycled. Every sentence the LLM writes is checked "
+            f"({len(work.caller)} distinct), cycled. Every sentence the LLM writes is checked "
             "before the TTS sees it, and every caller turn is read (and its card data "
             "removed) before the policy and the LLM see it, so both sit in the 300 ms turn "
-            "budget. The baseline is what the pipeline already pays for each sentence in "
-            "the same place: pipecat's sentence aggregation, `match_endofsentence` on the "
-            "text so far once per streamed word. The floor is one `re.search` of a trivial "
-            "precompiled pattern. The budget for the guard is 1-2 ms per sentence.",
+            f"budget. {_GUARD_BASELINE}",
             "",
-            "A phrased turn is checked with its instruction: the deny rules, then the "
-            "allow-list (every figure, name, date, word of it justified by the policy's "
-            "reference and the stage's facts), then the response as a whole (its length, "
-            "the reference's figures, question and key terms). The guard's processor holds "
-            "the LLM's whole response until all of that has passed, so nothing of it is "
-            "spoken before: the voice starts at the response's end, not at its first "
-            "clause as before this check. What that costs is the LLM's time from its first "
-            "words to its last, not the check (tens of µs): see the phrase-mode section, "
-            "where it is measured on the CPU model.",
+            _GUARD_INSTRUCTED,
             "",
             text,
             "",

@@ -174,6 +174,70 @@ class _Ends(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
+class _PhrasingPath:
+    """One run's phrasing path, as the pipeline's: the LLM, then the guard with the
+    phrasing (a tap between them times how long the guard held the response)."""
+
+    def __init__(
+        self,
+        policy: ConversationPolicy,
+        prompts: PromptSet,
+        url: str,
+        model: str,
+        max_tokens: int,
+        sessions: ServiceSessions,
+    ) -> None:
+        self.phrasing = Phrasing(policy, prompts.turn, deadline_s=DEADLINE_S)
+        #: The policy's answers to tool calls, in order.
+        self.tool_replies: list[Reply] = []
+        self.phrasing.bind(self._speak)
+        self.decisions: list[GuardDecision] = []
+        llm = ChatCompletionsLLMService(
+            sessions=sessions,
+            base_url=url,
+            api_key="none",
+            model=model,
+            max_tokens=max_tokens,
+            system_instruction=prompts.system,
+            answer_timeout_s=DEADLINE_S,
+        )
+        guard = GuardProcessor(
+            policy, self._ignore, phrasing=self.phrasing, on_decision=self.decisions.append
+        )
+        self.end = _Ends()
+        self.tap = _Tap()
+        self.worker = PipelineWorker(
+            Pipeline([llm, self.tap, guard, self.end]),
+            params=PipelineParams(),
+            enable_rtvi=False,
+            enable_turn_tracking=False,
+            idle_timeout_secs=None,
+        )
+
+    @staticmethod
+    def _ignore(_event: PolicyEvent) -> None:
+        pass
+
+    async def _speak(self, reply: Reply) -> None:  # the policy's answer to a tool call
+        self.tool_replies.append(reply)
+
+    async def phrase(self, history: list[dict[str, Any]], said: str, reply: Reply) -> GuardDecision:
+        """The LLM's phrasing of ``reply`` to ``said``, as far as the guard let it."""
+        assert reply.phrase is not None
+        request = self.phrasing.context(history, said, reply)
+        self.end.ended.clear()
+        self.end.texts.clear()
+        self.tap.first = self.tap.held_ms = None
+        self.decisions.clear()
+        self.tool_replies.clear()
+        await self.worker.queue_frames(
+            [PhraseRequestFrame(self.phrasing.turn), LLMContextFrame(request)]
+        )
+        await asyncio.wait_for(self.end.ended.wait(), TURN_TIMEOUT_S)
+        await asyncio.sleep(0.05)  # a tool's answer, if one was called
+        return self.decisions[-1] if self.decisions else GuardDecision(reply.phrase, "", ())
+
+
 async def _hold(
     scenario: Scenario,
     run: int,
@@ -184,40 +248,10 @@ async def _hold(
     sessions: ServiceSessions,
 ) -> tuple[list[PhrasedTurn], list[str]]:
     """One run of ``scenario`` with the LLM phrasing what the policy lets it."""
-
-    def ignore(_event: PolicyEvent) -> None:
-        pass
-
     policy = ConversationPolicy(scenario.account, Templates(prompts.templates))
-    phrasing = Phrasing(policy, prompts.turn, deadline_s=DEADLINE_S)
-    tool_replies: list[Reply] = []
-
-    async def speak(reply: Reply) -> None:  # the policy's answer to a tool call
-        tool_replies.append(reply)
-
-    phrasing.bind(speak)
-    decisions: list[GuardDecision] = []
-    llm = ChatCompletionsLLMService(
-        sessions=sessions,
-        base_url=url,
-        api_key="none",
-        model=model,
-        max_tokens=max_tokens,
-        system_instruction=prompts.system,
-        answer_timeout_s=DEADLINE_S,
-    )
-    guard = GuardProcessor(policy, ignore, phrasing=phrasing, on_decision=decisions.append)
-    end = _Ends()
-    tap = _Tap()
-    worker = PipelineWorker(
-        Pipeline([llm, tap, guard, end]),
-        params=PipelineParams(),
-        enable_rtvi=False,
-        enable_turn_tracking=False,
-        idle_timeout_secs=None,
-    )
+    path = _PhrasingPath(policy, prompts, url, model, max_tokens, sessions)
     runner = WorkerRunner(handle_sigint=False)
-    await runner.add_workers(worker)
+    await runner.add_workers(path.worker)
     running = asyncio.create_task(runner.run())
     turns: list[PhrasedTurn] = []
     history: list[dict[str, Any]] = []
@@ -238,17 +272,7 @@ async def _hold(
             spoken = list(reply.texts)
             if reply.phrase is None:
                 continue
-            reference = reply.phrase
-            request = phrasing.context(history, said, reply)
-            end.ended.clear()
-            end.texts.clear()
-            tap.first = tap.held_ms = None
-            decisions.clear()
-            tool_replies.clear()
-            await worker.queue_frames([PhraseRequestFrame(phrasing.turn), LLMContextFrame(request)])
-            await asyncio.wait_for(end.ended.wait(), TURN_TIMEOUT_S)
-            await asyncio.sleep(0.05)  # a tool's answer, if one was called
-            decision = decisions[-1] if decisions else GuardDecision(reference, "", ())
+            decision = await path.phrase(history, said, reply)
             keys = getattr(reply, "keys", None) or [""]
             turns.append(
                 PhrasedTurn(
@@ -257,25 +281,25 @@ async def _hold(
                     caller=said,
                     key=str(keys[-1]),
                     verified=policy.verified,
-                    reference=reference,
+                    reference=reply.phrase,
                     generated=decision.text,
                     sentences=decision.sentences,
                     spoken=decision.spoken,
                     blocked=decision.blocked,
                     fallback=decision.fallback,
                     dropped=decision.dropped,
-                    held_ms=tap.held_ms,
+                    held_ms=path.tap.held_ms,
                 )
             )
-            if tool_replies:  # the policy's answer to the tool is what was said
-                reply = tool_replies[-1]
+            if path.tool_replies:  # the policy's answer to the tool is what was said
+                reply = path.tool_replies[-1]
                 spoken = list(reply.texts)
             else:
-                spoken = list(end.texts)
+                spoken = list(path.end.texts)
         else:
             policy.played(reply, len(reply.texts))
     finally:
-        await worker.cancel()
+        await path.worker.cancel()
         await running
     unmet = [
         f"{key}: expected {want}, got {outcome_of(policy).get(key)}"

@@ -21,70 +21,47 @@ opens and when the first call ends (what came before is reported as the ramp-up)
 step is a fresh worker; stepping stops at the first step where fewer than ``TARGET`` of
 the packets left within ``LIMIT_S`` of their schedule.
 
-Run a worker alone: ``SIP_PORT=5070 python -m tools.bench_sip --transport sip --calls 4
---port 5070 --result out.json``, model URLs in ``STT_URL``, ``LLM_URL``, ``TTS_URL``.
+The worker is tools/bench_sip_worker.py, the callers tools/bench_sip_callers.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import base64
 import dataclasses
 import json
 import logging
 import math
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import numpy as np
-from aiohttp import web
-from fastapi import FastAPI, WebSocket
-from pipecat.frames.frames import OutputAudioRawFrame
-from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.serializers.twilio import TwilioFrameSerializer
-from pipecat.transports.base_transport import BaseTransport
-from pipecat.transports.websocket.fastapi import (
-    FastAPIWebsocketOutputTransport,
-    FastAPIWebsocketParams,
-    FastAPIWebsocketTransport,
-)
 
-from agent.config import Settings
 from agent.ledger.quantiles import percentile
-from agent.pipeline.call import CallContext
-from agent.runtime.context import AgentRuntime
 from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError, free_port
-from infra.serving import parse_server_arguments, server_arguments
-from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE, parse_start
-from telephony.rtp import g711
-from telephony.rtp.sender import MAX_UNDERRUN_SLOTS, SENDER, LatenessHistogram
-from telephony.rtp.session import PACKET_S, RtpFrame, RtpSession, RtpStats
+from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE
+from telephony.rtp.sender import MAX_UNDERRUN_SLOTS, LatenessHistogram
 from tools.bench import _machine, _write_report
 from tools.bench_profile import py_spy, summarize
 from tools.bench_profile import table as profile_table
+from tools.bench_sip_callers import (
+    CALL_RATE,
+    CALLER_LINE,
+    SIPP_SCENARIO,
+    caller_audio,
+    sipp_calls,
+    websocket_calls,
+)
+from tools.bench_sip_worker import PIPELINES, SETTLE_S, TRANSPORTS, BenchError
 
 logger = logging.getLogger(__name__)
 
-TRANSPORTS = {
-    "sip": "our SIP user agent and RTP engine; sipp places the calls",
-    "websocket": "pipecat's FastAPIWebsocketTransport with its TwilioFrameSerializer",
-}
-PIPELINES = {
-    "ours": "the agent's call path (agent.server.app: start_call)",
-    "plain": "pipecat's stock voice pipeline (plain_pipeline)",
-}
 #: py-spy's samples per second in a profiled step.
 PROFILE_RATE = 200
 #: The acceptance criterion: this share of outgoing packets leaves within LIMIT_S.
@@ -92,518 +69,10 @@ LIMIT_S = 0.005
 TARGET = 0.999
 #: A step's answers may be this much slower (p95) than with the run's fewest calls.
 ANSWER_SLACK_MS = 100.0
-#: New calls per second on both transports, during ramp-up and ramp-down.
-CALL_RATE = 10
-#: The caller's line, spoken by Piper between two pauses and looped: the agent greets, the
-#: caller speaks, the agent answers (the stub STT hears "yes that is me"; the policy asks
-#: for the date of birth again and again), and round it goes, every ~3 s, so that the
-#: agent speaks often (the stub TTS says anything as a 0.3 s tone).
-CALLER_LINE = "Yes, speaking."
-CALLER_PAUSES_S = (0.5, 1.0)
 WORKER_START_TIMEOUT_S = 60.0
 #: After the last call ended: the worker flushes its records and writes the result.
 WORKER_EXIT_TIMEOUT_S = 30.0
-POLL_S = 0.02
-#: The window opens this long after the last call is up: building a call's pipeline holds
-#: the event loop (see the report), which is the ramp-up's story, not the steady state's.
-SETTLE_S = 1.0
-#: A caller's packet this loud (RMS of 16-bit samples) is voice: the bench's caller is
-#: Piper's speech between stretches of digital silence.
-VOICED_RMS = 300.0
-#: The agent's audio after this long without any starts a new utterance: an answer.
-ANSWER_GAP_S = 0.2
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-SIPP_SCENARIO = """<?xml version="1.0" encoding="ISO-8859-1" ?>
-<!-- One bench call: streams caller.ulaw (looped) for -d milliseconds, then hangs up. -->
-<scenario name="bench sip call">
-  <send retrans="500">
-    <![CDATA[
-      INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: <sip:caller@[local_ip]:[local_port]>;tag=[call_number]t[pid]
-      To: <sip:[service]@[remote_ip]:[remote_port]>
-      Call-ID: [call_id]
-      CSeq: 1 INVITE
-      Contact: <sip:caller@[local_ip]:[local_port]>
-      Max-Forwards: 70
-      Content-Type: application/sdp
-      Content-Length: [len]
-
-      v=0
-      o=caller 1 1 IN IP[local_ip_type] [local_ip]
-      s=-
-      c=IN IP[media_ip_type] [media_ip]
-      t=0 0
-      m=audio [media_port] RTP/AVP 0
-      a=rtpmap:0 PCMU/8000
-      a=sendrecv
-    ]]>
-  </send>
-  <recv response="100" optional="true"/>
-  <recv response="180" optional="true"/>
-  <recv response="200"/>
-  <send>
-    <![CDATA[
-      ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: <sip:caller@[local_ip]:[local_port]>;tag=[call_number]t[pid]
-      To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 1 ACK
-      Contact: <sip:caller@[local_ip]:[local_port]>
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <nop>
-    <action>
-      <exec rtp_stream="caller.ulaw,-1,0"/>
-    </action>
-  </nop>
-  <pause/>
-  <send retrans="500">
-    <![CDATA[
-      BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-      Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-      From: <sip:caller@[local_ip]:[local_port]>;tag=[call_number]t[pid]
-      To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-      Call-ID: [call_id]
-      CSeq: 2 BYE
-      Contact: <sip:caller@[local_ip]:[local_port]>
-      Max-Forwards: 70
-      Content-Length: 0
-
-    ]]>
-  </send>
-  <recv response="200"/>
-</scenario>
-"""
-
-
-class BenchError(RuntimeError):
-    """A step could not be measured (a process failed, calls were not carried)."""
-
-
-# --- the worker: its own process, carrying the calls -------------------------------------
-
-
-class _MeteredOutput(FastAPIWebsocketOutputTransport):
-    """pipecat's websocket output, each audio chunk timed against pipecat's own clock.
-
-    pipecat paces by sleeping after each chunk until ``_next_send_time``; the next chunk is
-    due then, or at once when pipecat found itself behind and reset its clock. A chunk counts
-    only if it was already queued when the one before it left: one that the TTS delivered
-    later is on time by definition (the RTP sender sends silence in that slot), so the
-    first chunk of each utterance, and of a sentence that arrives late, counts as 0 ms.
-    """
-
-    def __init__(self, *args: Any, stats: RtpStats, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.stats = stats
-        self._due: float | None = None
-
-    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
-        late = 0.0 if self._due is None else time.monotonic() - self._due
-        self._due = None
-        if not await super().write_audio_frame(frame):
-            return False
-        self.stats.packets_out += 1
-        self.stats.lateness.record(late)
-        return True
-
-    async def _write_audio_sleep(self) -> None:
-        now = time.monotonic()
-        due = self._next_send_time if self._next_send_time > now else now
-        queued = self._audio_queued()
-        await super()._write_audio_sleep()
-        if queued and self._audio_queued():  # not if a barge-in emptied the queue meanwhile
-            self._due = due
-
-    def _audio_queued(self) -> bool:
-        queue = getattr(self._media_senders.get(None), "_audio_queue", None)
-        return queue is not None and queue.has_frame(OutputAudioRawFrame)
-
-
-class _MeteredWebsocketTransport(FastAPIWebsocketTransport):
-    """``FastAPIWebsocketTransport`` with ``_MeteredOutput`` in place of its output."""
-
-    def __init__(self, websocket: Any, params: FastAPIWebsocketParams, stats: RtpStats) -> None:
-        super().__init__(websocket, params)
-        self._output = _MeteredOutput(
-            self, self._client, self._params, name=self._output_name, stats=stats
-        )
-
-
-class _TimedSession(RtpSession):
-    """A call's RTP session that also times each of the agent's answers where the worker
-    meets the network: from the caller's last voiced packet received to the first packet
-    of the agent's answer handed to the sender (which sends it in the next 20 ms slot).
-    The same measure for both pipelines, whatever their turn logic."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.answers_ms: list[float] = []
-        self._heard_at: float | None = None
-        self._saying_until = 0.0
-
-    def _put_frame(self, frame: RtpFrame) -> None:
-        if not frame.concealed and _rms(frame.pcm) >= VOICED_RMS:
-            self._heard_at = time.monotonic()
-        super()._put_frame(frame)
-
-    def write(self, pcm16_8k: bytes) -> None:
-        now = time.monotonic()
-        heard = self._heard_at
-        if now > self._saying_until + ANSWER_GAP_S and heard is not None:
-            self.answers_ms.append(1000 * (now - heard))  # a new utterance answers it
-            self._heard_at = None
-        self._saying_until = max(self._saying_until, now) + len(pcm16_8k) / 2 / 8000
-        super().write(pcm16_8k)
-
-
-class _Sessions(list[RtpSession]):
-    """The RTP sessions of a worker's calls, kept as the UA's media factory opens them."""
-
-    async def open(self, rtp_host: str) -> RtpSession:
-        session = await _TimedSession.open(rtp_host, port=0)
-        self.append(session)
-        return session
-
-
-def _rms(pcm: bytes) -> float:
-    samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32)
-    return float(np.sqrt(np.mean(samples * samples))) if len(samples) else 0.0
-
-
-#: What one meter has counted so far: lateness buckets, skipped slots, underruns, answers.
-Reading = tuple[list[int], int, int, list[float]]
-
-
-def _stats(meter: RtpStats | RtpSession) -> RtpStats:
-    return meter.stats if isinstance(meter, RtpSession) else meter
-
-
-async def _read(meter: RtpStats | RtpSession) -> Reading:
-    """A meter's counts now (the sender's, asked for, when it is a call's RTP session)."""
-    stats = await meter.refresh_stats() if isinstance(meter, RtpSession) else meter
-    answers = list(meter.answers_ms) if isinstance(meter, _TimedSession) else []
-    return list(stats.lateness.counts), stats.skipped, stats.underruns, answers
-
-
-async def _snapshot(meters: Sequence[RtpStats | RtpSession]) -> list[Reading]:
-    """Every call's counts now (copies; added up after the calls end)."""
-    return list(await asyncio.gather(*(_read(meter) for meter in meters)))
-
-
-def _window(
-    started: list[Reading], ended: list[Reading]
-) -> tuple[list[int], int, int, list[float]]:
-    """Bucket counts, skipped slots, underruns and answers of all calls between two
-    snapshots."""
-    counts = [0] * (LatenessHistogram.BUCKETS + 1)
-    skipped = underruns = 0
-    answers: list[float] = []
-    empty: Reading = ([0] * len(counts), 0, 0, [])
-    for i, (counts1, skipped1, underruns1, answers1) in enumerate(ended):
-        counts0, skipped0, underruns0, answers0 = started[i] if i < len(started) else empty
-        for bucket, (a, b) in enumerate(zip(counts0, counts1, strict=True)):
-            counts[bucket] += b - a
-        skipped += skipped1 - skipped0
-        underruns += underruns1 - underruns0
-        answers += answers1[len(answers0) :]
-    return counts, skipped, underruns, answers
-
-
-def _busy_cpu_s(cpus: set[int] | None = None) -> float:
-    """CPU seconds the machine's cores (or only ``cpus``) have been busy since boot (Linux)."""
-    lines = Path("/proc/stat").read_text().splitlines()
-    if cpus is None:
-        rows = [lines[0]]
-    else:
-        rows = [line for line in lines if line.split()[0] in {f"cpu{c}" for c in cpus}]
-    busy = 0
-    for row in rows:
-        fields = [int(v) for v in row.split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        busy += sum(fields[:8]) - idle
-    return busy / os.sysconf("SC_CLK_TCK")
-
-
-async def _until(condition: Callable[[], bool], deadline: float, waiting_for: str) -> None:
-    loop = asyncio.get_running_loop()
-    while not condition():
-        if loop.time() > deadline:
-            raise BenchError(f"timed out waiting for {waiting_for}")
-        await asyncio.sleep(POLL_S)
-
-
-async def _carry(
-    live: Callable[[], int],
-    calls: int,
-    meters: Sequence[RtpStats | RtpSession],
-    timeout_s: float,
-) -> dict[str, Any]:
-    """Wait for ``calls`` calls at once, measure until the first ends, wait for the rest."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    most = 0
-    core = os.sched_getaffinity(0)
-
-    def all_up() -> bool:
-        nonlocal most
-        most = max(most, live())
-        return most >= calls
-
-    def now() -> tuple[float, float, float, float]:
-        return time.monotonic(), time.process_time(), _busy_cpu_s(), _busy_cpu_s(core)
-
-    try:
-        await _until(all_up, deadline, f"{calls} calls at once")
-    except BenchError:
-        raise BenchError(f"only {most} of {calls} calls were up at once") from None
-    await asyncio.sleep(SETTLE_S)
-    started, opened = now(), await _snapshot(meters)
-    logger.info("%d calls up: window open", calls)
-    await _until(lambda: live() < calls, deadline, "the first call to end")
-    ended, closed = now(), await _snapshot(meters)
-    logger.info("a call ended: window closed after %.1f s", ended[0] - started[0])
-    await _until(lambda: live() == 0, deadline, "all calls to end")
-    counts, skipped, underruns, answers = _window(opened, closed)
-    ramp_counts, ramp_skipped, ramp_underruns, _ = _window([], opened)
-    return {
-        "calls": calls,
-        "window_s": ended[0] - started[0],
-        "cpu_s": ended[1] - started[1],
-        "machine_cpu_s": ended[2] - started[2],
-        "core_cpu_s": ended[3] - started[3],
-        "counts": counts,
-        "skipped": skipped,
-        "underruns": underruns,
-        # Answers are timed at the RTP edge (_TimedSession): not on the websocket.
-        "answers_ms": answers if any(isinstance(m, _TimedSession) for m in meters) else None,
-        "ramp_counts": ramp_counts,
-        "ramp_skipped": ramp_skipped,
-        "ramp_underruns": ramp_underruns,
-        # The calls' worst over their whole life (their sessions are closed: final counts).
-        "max_s": max((_stats(m).lateness.max_s for m in meters), default=0.0),
-        "realtime": SENDER.refused is None,
-    }
-
-
-async def _sip_worker(
-    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
-) -> dict[str, Any]:
-    from agent.server.app import CALLS, SIP, make_app
-
-    app = make_app(ctx)
-    runner = web.AppRunner(app, access_log=None)
-    meters = _Sessions()
-
-    try:
-        await runner.setup()  # starts the SIP endpoint on SIP_PORT
-        app[SIP].media = meters.open  # the UA's media factory: the default, timed and kept
-        site = web.TCPSite(runner, host, port)  # /health: the bench waits for it
-        await site.start()
-        return await _carry(lambda: len(app[CALLS].tasks()), calls, meters, timeout_s)
-    finally:
-        await runner.cleanup()
-
-
-def plain_pipeline(ctx: CallContext, transport: BaseTransport, call_id: str) -> PipelineWorker:
-    """The baseline of ``bench capacity``: pipecat's stock voice pipeline, nothing of ours
-    but the clients of our model servers (the stubs speak our STT and TTS protocols).
-
-    pipecat's VAD processor (on our VAD analyzer, the same settings), its default turn
-    strategies instead of smart-turn, its context aggregators and OpenAI LLM service on
-    every turn instead of the policy; no guard, recording, ledger or call records.
-    """
-    from pipecat.pipeline.pipeline import Pipeline
-    from pipecat.processors.aggregators.llm_context import LLMContext
-    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
-    from pipecat.processors.audio.vad_processor import VADProcessor
-    from pipecat.services.openai.llm import OpenAILLMService
-
-    from agent.pipeline.stt import StreamingSTTService
-    from agent.pipeline.tts import StreamingTTSService
-    from agent.pipeline.vad import create_vad_analyzer
-
-    settings, models = ctx.settings, ctx.models
-    aggregators = LLMContextAggregatorPair(LLMContext())
-    pipeline = Pipeline(
-        [
-            transport.input(),
-            VADProcessor(vad_analyzer=create_vad_analyzer(settings)),
-            StreamingSTTService(
-                url=models.stt_url, session=ctx.sessions.session("stt"), call_id=call_id
-            ),
-            aggregators.user(),
-            OpenAILLMService(
-                api_key=settings.llm_api_key or "none",
-                base_url=models.llm_url,
-                settings=OpenAILLMService.Settings(model=settings.llm_model),
-            ),
-            StreamingTTSService(url=models.tts_url, session=ctx.sessions.session("tts")),
-            transport.output(),
-            aggregators.assistant(),
-        ]
-    )
-    return PipelineWorker(
-        pipeline,
-        params=PipelineParams(
-            audio_in_sample_rate=CARRIER_SAMPLE_RATE, audio_out_sample_rate=CARRIER_SAMPLE_RATE
-        ),
-        enable_rtvi=False,
-        idle_timeout_secs=None,
-    )
-
-
-async def _plain_sip_worker(
-    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
-) -> dict[str, Any]:
-    """``plain_pipeline`` on our SIP user agent and RTP engine, as the agent's calls are."""
-    from pipecat.frames.frames import TTSSpeakFrame
-    from pipecat.workers.runner import WorkerRunner
-
-    from telephony.sip import call, ua
-
-    meters = _Sessions()
-    live: set[str] = set()
-
-    async def on_call(line: call.SipCall) -> None:
-        await line.answer()
-        if line.state != "confirmed":
-            return
-        call_id = uuid.uuid4().hex
-        transport = line.transport()
-        worker = plain_pipeline(ctx, transport, call_id)
-
-        @transport.event_handler("on_client_connected")
-        async def _greet(_transport: Any, _client: Any) -> None:
-            await worker.queue_frame(TTSSpeakFrame(ctx.prompts.greeting.format(consumer_name="")))
-
-        @transport.event_handler("on_client_disconnected")
-        async def _gone(_transport: Any, _client: Any) -> None:
-            await worker.cancel()
-
-        live.add(call_id)
-        try:
-            runner = WorkerRunner(handle_sigint=False)
-            await runner.add_workers(worker)
-            await runner.run()
-        finally:
-            live.discard(call_id)
-            await line.hang_up()
-
-    assert ctx.settings.sip_port is not None
-    endpoint = ua.SipEndpoint(
-        ctx.settings.sip_host, ctx.settings.sip_port, on_call=on_call, media=meters.open
-    )
-
-    async def healthy(_request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    health = web.Application()
-    health.router.add_get("/health", healthy)
-    runner = web.AppRunner(health, access_log=None)
-    await endpoint.start()
-    try:
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()  # /health: the bench waits for it
-        return await _carry(lambda: len(live), calls, meters, timeout_s)
-    finally:
-        await runner.cleanup()
-        await endpoint.close()
-
-
-async def _websocket_worker(
-    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
-) -> dict[str, Any]:
-    import uvicorn
-
-    from agent.server.app import CALLS, make_app, start_call
-
-    app = make_app(ctx)  # never served: it holds the calls, as the agent server's does
-    meters: list[RtpStats] = []
-    api = FastAPI()
-
-    @api.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @api.websocket("/media")
-    async def media(websocket: WebSocket) -> None:
-        await websocket.accept()
-        start = None
-        while start is None:
-            message = json.loads(await asyncio.wait_for(websocket.receive_text(), 5.0))
-            if message.get("event") == "start":
-                start = parse_start("twilio", message)
-        serializer = TwilioFrameSerializer(
-            start.stream_id, params=TwilioFrameSerializer.InputParams(auto_hang_up=False)
-        )
-        params = FastAPIWebsocketParams(
-            audio_in_enabled=True,
-            audio_out_enabled=True,
-            audio_in_sample_rate=CARRIER_SAMPLE_RATE,
-            audio_out_sample_rate=CARRIER_SAMPLE_RATE,
-            audio_out_10ms_chunks=2,  # 20 ms, as RTP (pipecat's default is 40 ms)
-            serializer=serializer,
-        )
-        stats = RtpStats()
-        meters.append(stats)
-        transport = _MeteredWebsocketTransport(websocket, params, stats)
-        await start_call(app, transport, start.call_info()).task
-
-    server = uvicorn.Server(
-        uvicorn.Config(api, host=host, port=port, log_level="warning", lifespan="off")
-    )
-    serving = asyncio.create_task(server.serve())
-    try:
-        return await _carry(lambda: len(app[CALLS].tasks()), calls, meters, timeout_s)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(serving, 10.0)
-
-
-async def _work(args: argparse.Namespace) -> dict[str, Any]:
-    settings = Settings.from_env(dict(os.environ))
-    if settings.embedded_models:
-        raise BenchError("set STT_URL, LLM_URL and TTS_URL (the stub server's)")
-    if args.pipeline == "plain":
-        if args.transport != "sip":
-            raise BenchError("the plain pipecat pipeline is measured on SIP only")
-        worker = _plain_sip_worker
-    else:
-        worker = _sip_worker if args.transport == "sip" else _websocket_worker
-    async with AgentRuntime(settings) as ctx:
-        return await worker(ctx, args.host, args.port, args.calls, args.timeout)
-
-
-def worker_main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the worker process: carry the calls, write the figures, exit."""
-    parser = server_arguments("A bench worker: carries the calls, writes their RTP lateness.")
-    parser.add_argument("--transport", choices=sorted(TRANSPORTS), required=True)
-    parser.add_argument("--pipeline", choices=sorted(PIPELINES), default="ours")
-    parser.add_argument("--calls", type=int, required=True, help="calls carried at once")
-    parser.add_argument("--result", type=Path, required=True, help="where to write the JSON")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds for it all")
-    args = parse_server_arguments(parser, argv)
-    from loguru import logger as pipecat_logger
-
-    pipecat_logger.remove()  # pipecat's per-frame lines would cost CPU in the worker
-    pipecat_logger.add(sys.stderr, level="WARNING")
-    try:
-        result = asyncio.run(_work(args))
-    except BenchError as e:
-        args.result.write_text(json.dumps({"error": str(e)}))
-        return 1
-    args.result.write_text(
-        json.dumps({"transport": args.transport, "pipeline": args.pipeline, **result})
-    )
-    return 0
-
-
-# --- the bench: the callers, the steps, the table ----------------------------------------
 
 
 @dataclasses.dataclass
@@ -725,100 +194,6 @@ class Step:
         return 100 * self.core_cpu_s / self.window_s
 
 
-def _caller_audio() -> bytes:
-    """The caller's side of a call as G.711 mu-law: a pause, the line, a pause."""
-    from tools.simulate import CallerVoice
-
-    before, after = (bytes(2 * int(s * CARRIER_SAMPLE_RATE)) for s in CALLER_PAUSES_S)
-    pcm = before + CallerVoice(CARRIER_SAMPLE_RATE).say(CALLER_LINE) + after
-    frame = 2 * int(PACKET_S * CARRIER_SAMPLE_RATE)
-    pcm += bytes(-len(pcm) % frame)  # whole packets, so every loop is aligned
-    return g711.encode("PCMU", pcm)
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _sipp_calls(port: int, calls: int, call_s: float, workdir: Path) -> None:
-    """``calls`` sipp calls at CALL_RATE per second, each ``call_s`` long."""
-    timeout_s = call_s + calls / CALL_RATE + 30
-    command = [
-        "sipp", f"127.0.0.1:{port}", "-sf", str(workdir / "bench_call.xml"), "-s", "agent",
-        "-m", str(calls), "-l", str(calls), "-r", str(CALL_RATE), "-d", str(int(call_s * 1000)),
-        "-i", "127.0.0.1", "-p", str(_free_udp_port()),
-        "-mi", "127.0.0.1", "-mp", str(_free_udp_port()),
-        "-timeout", f"{int(timeout_s)}s", "-timeout_error", "-nostdin",
-    ]  # fmt: skip
-    process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, cwd=workdir
-    )
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), timeout_s + 10)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    if process.returncode != 0:
-        text = output.decode(errors="replace")
-        raise BenchError(f"sipp failed ({process.returncode}):\n{text[-2000:]}")
-
-
-async def _websocket_call(url: str, audio: bytes, call_s: float) -> None:
-    """One caller on the media stream: ``start``, then 20 ms of voice every 20 ms, ``stop``."""
-    sid = f"MZ{uuid.uuid4().hex}"
-    frame = int(PACKET_S * CARRIER_SAMPLE_RATE)
-    loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
-
-        async def drain() -> None:
-            async for _ in ws:
-                pass
-
-        reader = asyncio.create_task(drain())
-        try:
-            await ws.send_json({"event": "connected", "protocol": "Call", "version": "1.0.0"})
-            await ws.send_json(
-                {
-                    "event": "start",
-                    "streamSid": sid,
-                    "start": {
-                        "streamSid": sid,
-                        "callSid": f"CA{uuid.uuid4().hex}",
-                        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000},
-                    },
-                }
-            )
-            start = loop.time()
-            for slot in range(int(call_s / PACKET_S)):
-                delay = start + slot * PACKET_S - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                offset = slot * frame % len(audio)
-                payload = base64.b64encode(audio[offset : offset + frame]).decode()
-                await ws.send_json(
-                    {"event": "media", "streamSid": sid, "media": {"payload": payload}}
-                )
-            await ws.send_json({"event": "stop", "streamSid": sid})
-            await ws.close()
-        finally:
-            reader.cancel()
-
-
-async def _websocket_calls(port: int, calls: int, call_s: float, audio: bytes) -> None:
-    """``calls`` websocket callers at CALL_RATE per second, each ``call_s`` long."""
-    url = f"ws://127.0.0.1:{port}/media"
-
-    async def caller(i: int) -> None:
-        await asyncio.sleep(i / CALL_RATE)
-        await _websocket_call(url, audio, call_s)
-
-    timeout_s = call_s + calls / CALL_RATE + 30
-    await asyncio.wait_for(asyncio.gather(*(caller(i) for i in range(calls))), timeout_s)
-
-
 def _launch_worker(
     name: str,
     port: int,
@@ -828,12 +203,12 @@ def _launch_worker(
     cpus: set[int] | None = None,
     profile: Path | None = None,
 ) -> ServerProcess:
-    """``python -m tools.bench_sip`` with ``env`` on top of ours, output to its log, on
+    """``python -m tools.bench_sip_worker`` with ``env`` on top of ours, output to its log, on
     ``cpus`` (None: wherever the kernel puts it), under py-spy writing ``profile`` when
     given. No death signal: if the bench dies, the worker's own ``--timeout`` ends it."""
     log_path = workdir / f"{name}.log"
     command = [
-        sys.executable, "-m", "tools.bench_sip", "--host", "127.0.0.1", "--port", str(port),
+        sys.executable, "-m", "tools.bench_sip_worker", "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "WARNING", *args,
     ]  # fmt: skip
     if profile is not None:
@@ -890,9 +265,9 @@ async def _step(
     try:
         await worker.wait_healthy(WORKER_START_TIMEOUT_S)
         if sip:
-            await _sipp_calls(port, calls, call_s, workdir)
+            await sipp_calls(port, calls, call_s, workdir)
         else:
-            await _websocket_calls(port, calls, call_s, audio)
+            await websocket_calls(port, calls, call_s, audio)
         await asyncio.wait_for(asyncio.to_thread(worker.process.wait), WORKER_EXIT_TIMEOUT_S)
     except (TimeoutError, BenchError, ServerStartError, aiohttp.ClientError) as e:
         raise BenchError(f"{variant.name}, {calls} calls: {e}\n{worker.log_tail()}") from None
@@ -976,7 +351,7 @@ async def _run(
     profiles: dict[str, tuple[Counter[str], int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-sip-") as tmp:
         workdir = Path(tmp)
-        audio = _caller_audio()
+        audio = caller_audio()
         (workdir / "caller.ulaw").write_bytes(audio)
         (workdir / "bench_call.xml").write_text(SIPP_SCENARIO)
         async with await ModelServers.start(stub=True, log_dir=workdir) as stub:
@@ -1138,6 +513,31 @@ def run_sip_bench(output: str, steps: Sequence[int], hold_s: float) -> int:
     return _write_report(output, report)
 
 
+def _profiles_section(measured: Run, profile_calls: int | None) -> list[str]:
+    """The report's lines on where each pipeline's worker spent its CPU (shown as well)."""
+    profiled = [
+        line
+        for name, (parts, total) in measured.profiles.items()
+        for line in (f"**{name}**, {profile_calls} calls:", "", profile_table(parts, total), "")
+    ]
+    if not profiled:
+        return []
+    _show("")
+    _show("\n".join(profiled))
+    return [
+        "## Where the worker's CPU goes",
+        "",
+        f"One more worker per pipeline carried {profile_calls} calls under py-spy "
+        "(`py-spy record --threads --subprocesses --nonblocking --rate "
+        f"{PROFILE_RATE}`), the samples of the worker and its helper processes summed by "
+        "part of the path (`tools/bench_profile.py`: each sample of the event loop counts "
+        "for the innermost frame of its stack that belongs to a part; the RTP sender's and "
+        "the smart-turn model's count whole; the waits are idle and left out).",
+        "",
+        *profiled,
+    ]
+
+
 def run_capacity_bench(
     output: str,
     steps: Sequence[int],
@@ -1177,26 +577,7 @@ def run_capacity_bench(
         f"python -m agent bench capacity --steps {','.join(map(str, steps))} --hold {hold_s:g}"
         + (f" --profile {profile_calls}" if profile_calls else "")
     )
-    profiled = [
-        line
-        for name, (parts, total) in measured.profiles.items()
-        for line in (f"**{name}**, {profile_calls} calls:", "", profile_table(parts, total), "")
-    ]
-    if profiled:
-        _show("")
-        _show("\n".join(profiled))
-        profiled = [
-            "## Where the worker's CPU goes",
-            "",
-            f"One more worker per pipeline carried {profile_calls} calls under py-spy "
-            "(`py-spy record --threads --subprocesses --nonblocking --rate "
-            f"{PROFILE_RATE}`), the samples of the worker and its helper processes summed by "
-            "part of the path (`tools/bench_profile.py`: each sample of the event loop counts "
-            "for the innermost frame of its stack that belongs to a part; the RTP sender's and "
-            "the smart-turn model's count whole; the waits are idle and left out).",
-            "",
-            *profiled,
-        ]
+    profiled = _profiles_section(measured, profile_calls)
     report = "\n".join(
         [
             "# Calls per core: the agent's pipeline vs pipecat's stock pipeline",
@@ -1235,7 +616,3 @@ def run_capacity_bench(
         ]
     )
     return _write_report(output, report)
-
-
-if __name__ == "__main__":
-    sys.exit(worker_main())

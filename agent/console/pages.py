@@ -190,7 +190,7 @@ def _stored_day(value: object) -> dt.date | None:
         return None
 
 
-def _encode_cursor(at: dt.datetime, call_id: str) -> str:
+def encode_cursor(at: dt.datetime, call_id: str) -> str:
     return f"{at.astimezone(dt.UTC).isoformat()}~{call_id}"
 
 
@@ -215,7 +215,7 @@ def _number_of_call() -> Any:
     return Call.number
 
 
-def _flagged() -> Any:
+def call_flagged() -> Any:
     return exists().where(CallEvent.call_id == Call.id, CallEvent.kind.in_(FLAG_KINDS))
 
 
@@ -304,7 +304,7 @@ def call_query(f: CallFilter, limit: int = PAGE_SIZE, found: Lookups | None = No
             Call.campaign,
             _number_of_call().label("number"),
             Consumer.name,
-            _flagged().label("flagged"),
+            call_flagged().label("flagged"),
         )
         .outerjoin(Debt, Debt.id == Call.debt_id)
         .outerjoin(Consumer, Consumer.id == Debt.consumer_id)
@@ -324,13 +324,13 @@ def call_query(f: CallFilter, limit: int = PAGE_SIZE, found: Lookups | None = No
     if f.transport:
         query = query.where(Call.transport == f.transport)
     if f.flagged:
-        query = query.where(_flagged())
+        query = query.where(call_flagged())
     if f.handed_off:
         query = query.where(_handed_off())
     if f.date_from:
-        query = query.where(Call.started_at >= _midnight(f.date_from))
+        query = query.where(Call.started_at >= midnight_utc(f.date_from))
     if f.date_to:
-        query = query.where(Call.started_at < _midnight(f.date_to + dt.timedelta(days=1)))
+        query = query.where(Call.started_at < midnight_utc(f.date_to + dt.timedelta(days=1)))
     if f.before:
         at, call_id = f.before
         # The plain ``started_at <= at`` lets the planner range-scan ix_calls_started_at.
@@ -372,11 +372,11 @@ def find_calls(
         ]
     more = len(rows) > limit
     rows = rows[:limit]
-    cursor = _encode_cursor(rows[-1].started_at, rows[-1].id) if more and rows else None
+    cursor = encode_cursor(rows[-1].started_at, rows[-1].id) if more and rows else None
     return rows, cursor
 
 
-def _midnight(day: dt.date) -> dt.datetime:
+def midnight_utc(day: dt.date) -> dt.datetime:
     return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 

@@ -578,7 +578,7 @@ def _gpu_note(directory: Path) -> list[str]:
     if gpu_md.exists() and not (directory / "gpu.json").exists():
         note = (
             f"{gpu_md} exists but {directory / 'gpu.json'} does not: its GPU figures are not "
-            f"used (run `python -m infra.gpu_check --profile {_display(directory / 'gpu.json')}`)."
+            f"used (`python -m tools.gpu_profile REPORT --out {_display(directory / 'gpu.json')}`)."
         )
         logger.warning("%s", note)
         return [note]

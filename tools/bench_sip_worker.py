@@ -1,0 +1,488 @@
+"""The worker of ``bench sip`` and ``bench capacity``: its own process, carrying the calls.
+
+It runs the agent server's own call path (or, for ``bench capacity``, pipecat's stock
+pipeline, ``plain_pipeline``) on stub models, waits until ``--calls`` calls are up at once,
+and counts the outgoing packets' lateness, the answers and its CPU over the window until the
+first call ends (tools/bench_sip.py describes the whole). It writes the figures as JSON.
+
+Run one alone: ``SIP_PORT=5070 python -m tools.bench_sip_worker --transport sip --calls 4
+--port 5070 --result out.json``, model URLs in ``STT_URL``, ``LLM_URL``, ``TTS_URL``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from aiohttp import web
+from fastapi import FastAPI, WebSocket
+from pipecat.frames.frames import OutputAudioRawFrame
+from pipecat.pipeline.worker import PipelineParams, PipelineWorker
+from pipecat.serializers.twilio import TwilioFrameSerializer
+from pipecat.transports.base_transport import BaseTransport
+from pipecat.transports.websocket.fastapi import (
+    FastAPIWebsocketOutputTransport,
+    FastAPIWebsocketParams,
+    FastAPIWebsocketTransport,
+)
+
+from agent.config import Settings
+from agent.pipeline.call import CallContext
+from agent.runtime.context import AgentRuntime
+from infra.serving import parse_server_arguments, server_arguments
+from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE, parse_start
+from telephony.rtp.sender import SENDER, LatenessHistogram
+from telephony.rtp.session import RtpFrame, RtpSession, RtpStats
+
+logger = logging.getLogger(__name__)
+
+TRANSPORTS = {
+    "sip": "our SIP user agent and RTP engine; sipp places the calls",
+    "websocket": "pipecat's FastAPIWebsocketTransport with its TwilioFrameSerializer",
+}
+PIPELINES = {
+    "ours": "the agent's call path (agent.server.app: start_call)",
+    "plain": "pipecat's stock voice pipeline (plain_pipeline)",
+}
+POLL_S = 0.02
+#: The window opens this long after the last call is up: building a call's pipeline holds
+#: the event loop (see the report), which is the ramp-up's story, not the steady state's.
+SETTLE_S = 1.0
+#: A caller's packet this loud (RMS of 16-bit samples) is voice: the bench's caller is
+#: Piper's speech between stretches of digital silence.
+VOICED_RMS = 300.0
+#: The agent's audio after this long without any starts a new utterance: an answer.
+ANSWER_GAP_S = 0.2
+
+
+class BenchError(RuntimeError):
+    """A step could not be measured (a process failed, calls were not carried)."""
+
+
+class _MeteredOutput(FastAPIWebsocketOutputTransport):
+    """pipecat's websocket output, each audio chunk timed against pipecat's own clock.
+
+    pipecat paces by sleeping after each chunk until ``_next_send_time``; the next chunk is
+    due then, or at once when pipecat found itself behind and reset its clock. A chunk counts
+    only if it was already queued when the one before it left: one that the TTS delivered
+    later is on time by definition (the RTP sender sends silence in that slot), so the
+    first chunk of each utterance, and of a sentence that arrives late, counts as 0 ms.
+    """
+
+    def __init__(self, *args: Any, stats: RtpStats, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.stats = stats
+        self._due: float | None = None
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        late = 0.0 if self._due is None else time.monotonic() - self._due
+        self._due = None
+        if not await super().write_audio_frame(frame):
+            return False
+        self.stats.packets_out += 1
+        self.stats.lateness.record(late)
+        return True
+
+    async def _write_audio_sleep(self) -> None:
+        now = time.monotonic()
+        due = self._next_send_time if self._next_send_time > now else now
+        queued = self._audio_queued()
+        await super()._write_audio_sleep()
+        if queued and self._audio_queued():  # not if a barge-in emptied the queue meanwhile
+            self._due = due
+
+    def _audio_queued(self) -> bool:
+        queue = getattr(self._media_senders.get(None), "_audio_queue", None)
+        return queue is not None and queue.has_frame(OutputAudioRawFrame)
+
+
+class _MeteredWebsocketTransport(FastAPIWebsocketTransport):
+    """``FastAPIWebsocketTransport`` with ``_MeteredOutput`` in place of its output."""
+
+    def __init__(self, websocket: Any, params: FastAPIWebsocketParams, stats: RtpStats) -> None:
+        super().__init__(websocket, params)
+        self._output = _MeteredOutput(
+            self, self._client, self._params, name=self._output_name, stats=stats
+        )
+
+
+class _TimedSession(RtpSession):
+    """A call's RTP session that also times each of the agent's answers where the worker
+    meets the network: from the caller's last voiced packet received to the first packet
+    of the agent's answer handed to the sender (which sends it in the next 20 ms slot).
+    The same measure for both pipelines, whatever their turn logic."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answers_ms: list[float] = []
+        self._heard_at: float | None = None
+        self._saying_until = 0.0
+
+    def _put_frame(self, frame: RtpFrame) -> None:
+        if not frame.concealed and _rms(frame.pcm) >= VOICED_RMS:
+            self._heard_at = time.monotonic()
+        super()._put_frame(frame)
+
+    def write(self, pcm16_8k: bytes) -> None:
+        now = time.monotonic()
+        heard = self._heard_at
+        if now > self._saying_until + ANSWER_GAP_S and heard is not None:
+            self.answers_ms.append(1000 * (now - heard))  # a new utterance answers it
+            self._heard_at = None
+        self._saying_until = max(self._saying_until, now) + len(pcm16_8k) / 2 / 8000
+        super().write(pcm16_8k)
+
+
+class _Sessions(list[RtpSession]):
+    """The RTP sessions of a worker's calls, kept as the UA's media factory opens them."""
+
+    async def open(self, rtp_host: str) -> RtpSession:
+        session = await _TimedSession.open(rtp_host, port=0)
+        self.append(session)
+        return session
+
+
+def _rms(pcm: bytes) -> float:
+    samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32)
+    return float(np.sqrt(np.mean(samples * samples))) if len(samples) else 0.0
+
+
+#: What one meter has counted so far: lateness buckets, skipped slots, underruns, answers.
+Reading = tuple[list[int], int, int, list[float]]
+
+
+def _stats(meter: RtpStats | RtpSession) -> RtpStats:
+    return meter.stats if isinstance(meter, RtpSession) else meter
+
+
+async def _read(meter: RtpStats | RtpSession) -> Reading:
+    """A meter's counts now (the sender's, asked for, when it is a call's RTP session)."""
+    stats = await meter.refresh_stats() if isinstance(meter, RtpSession) else meter
+    answers = list(meter.answers_ms) if isinstance(meter, _TimedSession) else []
+    return list(stats.lateness.counts), stats.skipped, stats.underruns, answers
+
+
+async def _snapshot(meters: Sequence[RtpStats | RtpSession]) -> list[Reading]:
+    """Every call's counts now (copies; added up after the calls end)."""
+    return list(await asyncio.gather(*(_read(meter) for meter in meters)))
+
+
+def _window(
+    started: list[Reading], ended: list[Reading]
+) -> tuple[list[int], int, int, list[float]]:
+    """Bucket counts, skipped slots, underruns and answers of all calls between two
+    snapshots."""
+    counts = [0] * (LatenessHistogram.BUCKETS + 1)
+    skipped = underruns = 0
+    answers: list[float] = []
+    empty: Reading = ([0] * len(counts), 0, 0, [])
+    for i, (counts1, skipped1, underruns1, answers1) in enumerate(ended):
+        counts0, skipped0, underruns0, answers0 = started[i] if i < len(started) else empty
+        for bucket, (a, b) in enumerate(zip(counts0, counts1, strict=True)):
+            counts[bucket] += b - a
+        skipped += skipped1 - skipped0
+        underruns += underruns1 - underruns0
+        answers += answers1[len(answers0) :]
+    return counts, skipped, underruns, answers
+
+
+def _busy_cpu_s(cpus: set[int] | None = None) -> float:
+    """CPU seconds the machine's cores (or only ``cpus``) have been busy since boot (Linux)."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    if cpus is None:
+        rows = [lines[0]]
+    else:
+        rows = [line for line in lines if line.split()[0] in {f"cpu{c}" for c in cpus}]
+    busy = 0
+    for row in rows:
+        fields = [int(v) for v in row.split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        busy += sum(fields[:8]) - idle
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+async def _until(condition: Callable[[], bool], deadline: float, waiting_for: str) -> None:
+    loop = asyncio.get_running_loop()
+    while not condition():
+        if loop.time() > deadline:
+            raise BenchError(f"timed out waiting for {waiting_for}")
+        await asyncio.sleep(POLL_S)
+
+
+async def _carry(
+    live: Callable[[], int],
+    calls: int,
+    meters: Sequence[RtpStats | RtpSession],
+    timeout_s: float,
+) -> dict[str, Any]:
+    """Wait for ``calls`` calls at once, measure until the first ends, wait for the rest."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    most = 0
+    core = os.sched_getaffinity(0)
+
+    def all_up() -> bool:
+        nonlocal most
+        most = max(most, live())
+        return most >= calls
+
+    def now() -> tuple[float, float, float, float]:
+        return time.monotonic(), time.process_time(), _busy_cpu_s(), _busy_cpu_s(core)
+
+    try:
+        await _until(all_up, deadline, f"{calls} calls at once")
+    except BenchError:
+        raise BenchError(f"only {most} of {calls} calls were up at once") from None
+    await asyncio.sleep(SETTLE_S)
+    started, opened = now(), await _snapshot(meters)
+    logger.info("%d calls up: window open", calls)
+    await _until(lambda: live() < calls, deadline, "the first call to end")
+    ended, closed = now(), await _snapshot(meters)
+    logger.info("a call ended: window closed after %.1f s", ended[0] - started[0])
+    await _until(lambda: live() == 0, deadline, "all calls to end")
+    counts, skipped, underruns, answers = _window(opened, closed)
+    ramp_counts, ramp_skipped, ramp_underruns, _ = _window([], opened)
+    return {
+        "calls": calls,
+        "window_s": ended[0] - started[0],
+        "cpu_s": ended[1] - started[1],
+        "machine_cpu_s": ended[2] - started[2],
+        "core_cpu_s": ended[3] - started[3],
+        "counts": counts,
+        "skipped": skipped,
+        "underruns": underruns,
+        # Answers are timed at the RTP edge (_TimedSession): not on the websocket.
+        "answers_ms": answers if any(isinstance(m, _TimedSession) for m in meters) else None,
+        "ramp_counts": ramp_counts,
+        "ramp_skipped": ramp_skipped,
+        "ramp_underruns": ramp_underruns,
+        # The calls' worst over their whole life (their sessions are closed: final counts).
+        "max_s": max((_stats(m).lateness.max_s for m in meters), default=0.0),
+        "realtime": SENDER.refused is None,
+    }
+
+
+async def _sip_worker(
+    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
+) -> dict[str, Any]:
+    from agent.server.app import CALLS, SIP, make_app
+
+    app = make_app(ctx)
+    runner = web.AppRunner(app, access_log=None)
+    meters = _Sessions()
+
+    try:
+        await runner.setup()  # starts the SIP endpoint on SIP_PORT
+        app[SIP].media = meters.open  # the UA's media factory: the default, timed and kept
+        site = web.TCPSite(runner, host, port)  # /health: the bench waits for it
+        await site.start()
+        return await _carry(lambda: len(app[CALLS].tasks()), calls, meters, timeout_s)
+    finally:
+        await runner.cleanup()
+
+
+def plain_pipeline(ctx: CallContext, transport: BaseTransport, call_id: str) -> PipelineWorker:
+    """The baseline of ``bench capacity``: pipecat's stock voice pipeline, nothing of ours
+    but the clients of our model servers (the stubs speak our STT and TTS protocols).
+
+    pipecat's VAD processor (on our VAD analyzer, the same settings), its default turn
+    strategies instead of smart-turn, its context aggregators and OpenAI LLM service on
+    every turn instead of the policy; no guard, recording, ledger or call records.
+    """
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.processors.aggregators.llm_context import LLMContext
+    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.processors.audio.vad_processor import VADProcessor
+    from pipecat.services.openai.llm import OpenAILLMService
+
+    from agent.pipeline.stt import StreamingSTTService
+    from agent.pipeline.tts import StreamingTTSService
+    from agent.pipeline.vad import create_vad_analyzer
+
+    settings, models = ctx.settings, ctx.models
+    aggregators = LLMContextAggregatorPair(LLMContext())
+    pipeline = Pipeline(
+        [
+            transport.input(),
+            VADProcessor(vad_analyzer=create_vad_analyzer(settings)),
+            StreamingSTTService(
+                url=models.stt_url, session=ctx.sessions.session("stt"), call_id=call_id
+            ),
+            aggregators.user(),
+            OpenAILLMService(
+                api_key=settings.llm_api_key or "none",
+                base_url=models.llm_url,
+                settings=OpenAILLMService.Settings(model=settings.llm_model),
+            ),
+            StreamingTTSService(url=models.tts_url, session=ctx.sessions.session("tts")),
+            transport.output(),
+            aggregators.assistant(),
+        ]
+    )
+    return PipelineWorker(
+        pipeline,
+        params=PipelineParams(
+            audio_in_sample_rate=CARRIER_SAMPLE_RATE, audio_out_sample_rate=CARRIER_SAMPLE_RATE
+        ),
+        enable_rtvi=False,
+        idle_timeout_secs=None,
+    )
+
+
+async def _plain_sip_worker(
+    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
+) -> dict[str, Any]:
+    """``plain_pipeline`` on our SIP user agent and RTP engine, as the agent's calls are."""
+    from pipecat.frames.frames import TTSSpeakFrame
+    from pipecat.workers.runner import WorkerRunner
+
+    from telephony.sip import call, ua
+
+    meters = _Sessions()
+    live: set[str] = set()
+
+    async def on_call(line: call.SipCall) -> None:
+        await line.answer()
+        if line.state != "confirmed":
+            return
+        call_id = uuid.uuid4().hex
+        transport = line.transport()
+        worker = plain_pipeline(ctx, transport, call_id)
+
+        @transport.event_handler("on_client_connected")
+        async def _greet(_transport: Any, _client: Any) -> None:
+            await worker.queue_frame(TTSSpeakFrame(ctx.prompts.greeting.format(consumer_name="")))
+
+        @transport.event_handler("on_client_disconnected")
+        async def _gone(_transport: Any, _client: Any) -> None:
+            await worker.cancel()
+
+        live.add(call_id)
+        try:
+            runner = WorkerRunner(handle_sigint=False)
+            await runner.add_workers(worker)
+            await runner.run()
+        finally:
+            live.discard(call_id)
+            await line.hang_up()
+
+    assert ctx.settings.sip_port is not None
+    endpoint = ua.SipEndpoint(
+        ctx.settings.sip_host, ctx.settings.sip_port, on_call=on_call, media=meters.open
+    )
+
+    async def healthy(_request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    health = web.Application()
+    health.router.add_get("/health", healthy)
+    runner = web.AppRunner(health, access_log=None)
+    await endpoint.start()
+    try:
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()  # /health: the bench waits for it
+        return await _carry(lambda: len(live), calls, meters, timeout_s)
+    finally:
+        await runner.cleanup()
+        await endpoint.close()
+
+
+async def _websocket_worker(
+    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
+) -> dict[str, Any]:
+    import uvicorn
+
+    from agent.server.app import CALLS, make_app, start_call
+
+    app = make_app(ctx)  # never served: it holds the calls, as the agent server's does
+    meters: list[RtpStats] = []
+    api = FastAPI()
+
+    @api.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @api.websocket("/media")
+    async def media(websocket: WebSocket) -> None:
+        await websocket.accept()
+        start = None
+        while start is None:
+            message = json.loads(await asyncio.wait_for(websocket.receive_text(), 5.0))
+            if message.get("event") == "start":
+                start = parse_start("twilio", message)
+        serializer = TwilioFrameSerializer(
+            start.stream_id, params=TwilioFrameSerializer.InputParams(auto_hang_up=False)
+        )
+        params = FastAPIWebsocketParams(
+            audio_in_enabled=True,
+            audio_out_enabled=True,
+            audio_in_sample_rate=CARRIER_SAMPLE_RATE,
+            audio_out_sample_rate=CARRIER_SAMPLE_RATE,
+            audio_out_10ms_chunks=2,  # 20 ms, as RTP (pipecat's default is 40 ms)
+            serializer=serializer,
+        )
+        stats = RtpStats()
+        meters.append(stats)
+        transport = _MeteredWebsocketTransport(websocket, params, stats)
+        await start_call(app, transport, start.call_info()).task
+
+    server = uvicorn.Server(
+        uvicorn.Config(api, host=host, port=port, log_level="warning", lifespan="off")
+    )
+    serving = asyncio.create_task(server.serve())
+    try:
+        return await _carry(lambda: len(app[CALLS].tasks()), calls, meters, timeout_s)
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 10.0)
+
+
+async def _work(args: argparse.Namespace) -> dict[str, Any]:
+    settings = Settings.from_env(dict(os.environ))
+    if settings.embedded_models:
+        raise BenchError("set STT_URL, LLM_URL and TTS_URL (the stub server's)")
+    if args.pipeline == "plain":
+        if args.transport != "sip":
+            raise BenchError("the plain pipecat pipeline is measured on SIP only")
+        worker = _plain_sip_worker
+    else:
+        worker = _sip_worker if args.transport == "sip" else _websocket_worker
+    async with AgentRuntime(settings) as ctx:
+        return await worker(ctx, args.host, args.port, args.calls, args.timeout)
+
+
+def worker_main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the worker process: carry the calls, write the figures, exit."""
+    parser = server_arguments("A bench worker: carries the calls, writes their RTP lateness.")
+    parser.add_argument("--transport", choices=sorted(TRANSPORTS), required=True)
+    parser.add_argument("--pipeline", choices=sorted(PIPELINES), default="ours")
+    parser.add_argument("--calls", type=int, required=True, help="calls carried at once")
+    parser.add_argument("--result", type=Path, required=True, help="where to write the JSON")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds for it all")
+    args = parse_server_arguments(parser, argv)
+    from loguru import logger as pipecat_logger
+
+    pipecat_logger.remove()  # pipecat's per-frame lines would cost CPU in the worker
+    pipecat_logger.add(sys.stderr, level="WARNING")
+    try:
+        result = asyncio.run(_work(args))
+    except BenchError as e:
+        args.result.write_text(json.dumps({"error": str(e)}))
+        return 1
+    args.result.write_text(
+        json.dumps({"transport": args.transport, "pipeline": args.pipeline, **result})
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main())
