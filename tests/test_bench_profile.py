@@ -2,9 +2,9 @@
 
 from tools.bench_profile import OTHER, SENDER, SMART_TURN, part_of, summarize, table
 
-WORKER = 'process 100:"python -m tools.bench_sip --calls 8";'
-SPAWNED = 'process 100:"python -m tools.bench_sip";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
-SENDING = 'process 100:"python -m tools.bench_sip";process 102:"python -m telephony.rtp.sender 23";'
+WORKER = 'process 100:"python -m tools.bench_sip_worker --calls 8";'
+SPAWNED = 'process 100:"python -m tools.bench_sip_worker";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
+SENDING = 'process 100:"python -m tools.bench_sip_worker";process 102:"python -m telephony.rtp.sender 23";'  # noqa: E501
 RAW = f"""\
 {WORKER}thread (1): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 500
 {WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);__input_frame_task_handler (pipecat/processors/frame_processor.py:1339);get (asyncio/queues.py:155) 30

@@ -47,6 +47,7 @@ from telephony.sip.message import (
 )
 from telephony.sip.ratelimit import RateLimiter
 from telephony.sip.session_timer import (
+    Session,
     SessionTimers,
     TimerRefusal,
 )
@@ -270,51 +271,12 @@ class SipEndpoint:
 
     async def _on_invite(self, txn: ServerTransaction) -> None:
         request = txn.request
-        if not self._allowed(txn.source[0]):
-            if self.challenger is not None:
-                verdict = self.challenger.check(
-                    request.headers.get("Authorization"), "INVITE", request.uri
-                )
-                if verdict != "ok":
-                    txn.respond(
-                        make_response(
-                            request,
-                            401,
-                            to_tag=new_tag(),
-                            headers=[
-                                ("WWW-Authenticate", self.challenger.challenge(verdict == "stale"))
-                            ],
-                        )
-                    )
-                    return
-            elif self.allow:
-                txn.respond(make_response(request, 403, to_tag=new_tag()))
-                return
-        try:
-            media = sdp.negotiate(sdp.parse(request.body))
-        except sdp.SdpError as exc:
-            txn.respond(
-                make_response(
-                    request, 488, to_tag=new_tag(), headers=[("Warning", f'305 - "{exc}"')]
-                )
-            )
+        if self._turned_away(txn):
             return
-        try:  # before anything is taken for the call (its RTP port, its place): no 18x
-            timer = session_timer.answer(request.headers, self.session_timers)
-        except TimerRefusal as exc:
-            txn.respond(
-                make_response(
-                    request, exc.status, exc.reason, to_tag=new_tag(), headers=exc.headers
-                )
-            )
+        offer = self._check_offer(txn)
+        if offer is None:
             return
-        dialog = Dialog.as_uas(request, new_tag())
-        try:
-            dialog.destination()  # where our BYE will go: a sip: URI (Contact or Record-Route)
-        except ValueError as exc:
-            warning = ("Warning", f'399 - "cannot reach the caller: {str(exc)[:100]}"')
-            txn.respond(make_response(request, 400, to_tag=dialog.local_tag, headers=[warning]))
-            return
+        media, timer, dialog = offer
         session = await self.media(self.host)
         if txn.final:  # cancelled while the RTP port was opened: 487 has gone out
             await session.close()
@@ -354,6 +316,61 @@ class SipEndpoint:
             else:
                 log.error("on_call failed for %s: hanging up", request.call_id, exc_info=exc)
                 await call.hang_up()
+
+    def _turned_away(self, txn: ServerTransaction) -> bool:
+        """Whether an INVITE from a source not allowed was answered 401 (its credentials
+        missing or wrong) or 403; one with good credentials, or from an allowed source,
+        goes on."""
+        request = txn.request
+        if self._allowed(txn.source[0]):
+            return False
+        if self.challenger is not None:
+            verdict = self.challenger.check(
+                request.headers.get("Authorization"), "INVITE", request.uri
+            )
+            if verdict == "ok":
+                return False
+            challenge = ("WWW-Authenticate", self.challenger.challenge(verdict == "stale"))
+            txn.respond(make_response(request, 401, to_tag=new_tag(), headers=[challenge]))
+            return True
+        if self.allow:
+            txn.respond(make_response(request, 403, to_tag=new_tag()))
+            return True
+        return False
+
+    def _check_offer(
+        self, txn: ServerTransaction
+    ) -> tuple[sdp.Media, tuple[Session, list[tuple[str, str]]], Dialog] | None:
+        """The INVITE's media, session timer and dialog, or None once it was refused (488
+        for its SDP, 422 or 400 for its timers, 400 for a caller we could not reach): before
+        anything is taken for the call (its RTP port, its place), so no 18x goes out."""
+        request = txn.request
+        try:
+            media = sdp.negotiate(sdp.parse(request.body))
+        except sdp.SdpError as exc:
+            txn.respond(
+                make_response(
+                    request, 488, to_tag=new_tag(), headers=[("Warning", f'305 - "{exc}"')]
+                )
+            )
+            return None
+        try:
+            timer = session_timer.answer(request.headers, self.session_timers)
+        except TimerRefusal as exc:
+            txn.respond(
+                make_response(
+                    request, exc.status, exc.reason, to_tag=new_tag(), headers=exc.headers
+                )
+            )
+            return None
+        dialog = Dialog.as_uas(request, new_tag())
+        try:
+            dialog.destination()  # where our BYE will go: a sip: URI (Contact or Record-Route)
+        except ValueError as exc:
+            warning = ("Warning", f'399 - "cannot reach the caller: {str(exc)[:100]}"')
+            txn.respond(make_response(request, 400, to_tag=dialog.local_tag, headers=[warning]))
+            return None
+        return media, timer, dialog
 
     def _refusal(self, request: SipRequest, to_tag: str, exc: Exception) -> SipResponse:
         """The final response to an INVITE the application refused (``LineBusy``: 503 with
@@ -396,6 +413,36 @@ class SipEndpoint:
         session = await self.media(self.host)
         local = sdp.LocalSession(self.host, session.local_address[1])
         user = caller or "agent"
+        invite = self._invite_request(uri, user, local)
+        final = await self._final_response(
+            invite, destination, session, self.loop.time() + ring_timeout
+        )
+        if isinstance(final, DialResult):
+            return final
+        invite, response = final
+        if response.status >= 300:
+            await session.close()
+            outcome = {
+                486: "busy",
+                600: "busy",
+                480: "no_answer",
+                408: "no_answer",
+                487: "no_answer",
+            }.get(response.status, "failed")
+            return DialResult(outcome, response.status, response.reason)
+        info = CallInfo(
+            path="sip",
+            direction="outbound",
+            remote_number=uri_user(uri),
+            local_number=user,
+            network_id=invite.call_id,
+            sample_rate=SAMPLE_RATE,
+        )
+        call = SipCall(self, Dialog.as_uac(invite, response), session, local, info)
+        return await self._confirm(call, invite, response)
+
+    def _invite_request(self, uri: str, user: str, local: sdp.LocalSession) -> SipRequest:
+        """A new INVITE to ``uri`` from ``user``, offering ``local``'s media and our timers."""
         invite = SipRequest(method="INVITE", uri=uri)
         invite.headers.add("Via", f"{self.via};branch={new_branch()};rport")
         invite.headers.add("Max-Forwards", "70")
@@ -409,7 +456,14 @@ class SipEndpoint:
             invite.headers.add(name, value)
         invite.headers.add("Content-Type", "application/sdp")
         invite.body = local.offer()
-        deadline = self.loop.time() + ring_timeout
+        return invite
+
+    async def _final_response(
+        self, invite: SipRequest, destination: Address, session: MediaSession, deadline: float
+    ) -> tuple[SipRequest, SipResponse] | DialResult:
+        """The INVITE's final response (and the INVITE that got it: it may have been sent
+        again with credentials or a larger session interval), or the dial's outcome when
+        none came (the media session then closed or left to the abandoned INVITE)."""
         authenticated = too_small = False
         while True:
             txn = self.layer.request(invite, destination)
@@ -454,27 +508,13 @@ class SipEndpoint:
                     for name, value in session_timer.offer(larger):
                         invite.headers.set(name, value)
                     continue
-            break
-        if response.status >= 300:
-            await session.close()
-            outcome = {
-                486: "busy",
-                600: "busy",
-                480: "no_answer",
-                408: "no_answer",
-                487: "no_answer",
-            }.get(response.status, "failed")
-            return DialResult(outcome, response.status, response.reason)
-        dialog = Dialog.as_uac(invite, response)
-        info = CallInfo(
-            path="sip",
-            direction="outbound",
-            remote_number=uri_user(uri),
-            local_number=user,
-            network_id=invite.call_id,
-            sample_rate=SAMPLE_RATE,
-        )
-        call = SipCall(self, dialog, session, local, info)
+            return invite, response
+
+    async def _confirm(
+        self, call: SipCall, invite: SipRequest, response: SipResponse
+    ) -> DialResult:
+        """An answered dial: the ACK sent, the answer's media started, the call confirmed."""
+        dialog = call.dialog
         call.peer_allows_update = session_timer.allows(response.headers, "UPDATE")
         self.calls[invite.call_id] = call
         ack = dialog.request("ACK", self.via, self.contact, cseq=invite.cseq[0])
