@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from agent.ledger import plan as planner
-from agent.ledger.plan import ProfileError, load_profile, plan, profile_document, stage_option
+from agent.ledger import stage_profiles
+from agent.ledger.plan import plan
 from agent.ledger.pricebook import PriceBook
+from agent.ledger.stage_profiles import ProfileError, load_profile, profile_document, stage_option
 from tools import gpu_profile
 
 GPU_REPORT: dict[str, Any] = {
@@ -56,11 +57,11 @@ def test_the_gpu_check_writes_median_only_options_the_planner_will_not_stretch(
     tmp_path: Path,
 ) -> None:
     doc = gpu_profile.planner_profile(GPU_REPORT, "python -m tools.gpu_profile x")
-    profile = load_profile(planner.write_profile(doc, tmp_path / "gpu.json"))
+    profile = load_profile(stage_profiles.write_profile(doc, tmp_path / "gpu.json"))
     by = {(o.stage, o.batch): o for o in profile.options}
     assert set(by) == {("stt", 1), ("stt", 8), ("llm", 1), ("llm", 8), ("tts", 1), ("tts", 16)}
     assert by[("stt", 8)].p50 == 80 and by[("stt", 8)].at(0.95) is None
-    assert by[("stt", 8)].placement == planner.Placement(compute="h100", concurrent_calls=8)
+    assert by[("stt", 8)].placement == stage_profiles.Placement(compute="h100", concurrent_calls=8)
     assert by[("llm", 1)].p50 == 30 and by[("llm", 8)].p50 == 55
     # 4 SNAC frames = 28 tokens at 12 ms, + SNAC's decode at the next batch measured (32).
     assert by[("tts", 16)].p50 == pytest.approx(28 * 12 + 6)
@@ -73,7 +74,7 @@ def test_the_gpu_check_writes_median_only_options_the_planner_will_not_stretch(
             stage_option("endpointing", "VAD + smart-turn", latency_ms={"p50": 200, "p95": 250}),
         ],
     )
-    profiles = [profile, planner.parse_profile(turn)]
+    profiles = [profile, stage_profiles.parse_profile(turn)]
     book = PriceBook.load()
     with pytest.raises(ProfileError, match=r"no usable stt option at p95 .*no p95"):
         plan(profiles, book)
