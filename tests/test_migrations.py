@@ -69,7 +69,7 @@ def test_migrated_schema_matches_the_models(db_url: str) -> None:
         with engine.connect() as connection:
             head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
             current = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert current == head == "0009"
+            assert current == head == "0010"
     finally:
         engine.dispose()
 

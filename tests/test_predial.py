@@ -21,6 +21,7 @@ from agent.campaigns.contact_history import (
     record_callback_consent,
     record_conversation,
     record_outcome,
+    record_third_party,
 )
 from agent.campaigns.contact_rules import CONTACT_CAPS, InconvenientWindow, consumer_time_zone
 from agent.campaigns.portfolio import import_portfolio
@@ -892,6 +893,47 @@ def test_attorney_name_and_number_are_kept(db_engine: Engine) -> None:
     decision = ask(db_engine, account, T + DAY)
     assert decision.rule == "D6"
     assert "Sam Counsel, tel. 617-555-0199" in decision.reason
+
+
+def test_c3_a_number_a_third_party_answered_is_not_dialled_again(db_engine: Engine) -> None:
+    """A third party is contacted once: who answers cannot be known before dialling, so
+    their number is not dialled again, for any debt; the consumer's other numbers are."""
+    account = open_account(
+        db_engine,
+        phones=[
+            (NYC_CELL, "personal", "creditor_provided"),
+            (NYC_WORK, "work", "creditor_provided"),
+        ],
+        debts=2,
+    )
+    assert ask(db_engine, account, T + DAY).allowed
+    problems = record_call(
+        db_engine,
+        account.debt_id,
+        [Said("third_party", {}, T)],
+        party="third_party",
+        number=NYC_CELL,
+        ended_at=T,
+    )
+    assert problems == []
+    later = ask(db_engine, account, T + 30 * DAY)
+    assert (later.allowed, later.rule, later.next_allowed_at) == (False, "C3", None)
+    assert "third party answered ...0100" in later.reason
+    with Session(db_engine) as session:
+        other = session.scalars(
+            select(Debt.id).where(
+                Debt.consumer_id == account.consumer_id, Debt.id != account.debt_id
+            )
+        ).one()
+    assert ask(db_engine, Account(account.consumer_id, other), T + 30 * DAY).rule == "C3"
+    assert ask(db_engine, account, T + 30 * DAY, number=NYC_WORK).allowed
+    # The first contact is the one kept; a number of no consumer of the debt is refused.
+    record_call(
+        db_engine, account.debt_id, [], party="third_party", number=NYC_CELL, ended_at=T + DAY
+    )
+    assert "at 2026-12-02 15:00 UTC" in ask(db_engine, account, T + 30 * DAY).reason
+    with pytest.raises(LookupError):
+        record_third_party(db_engine, account.debt_id, SEATTLE_CELL, T)
 
 
 def test_an_unreadable_inconvenient_time_is_kept_and_denies(db_engine: Engine) -> None:

@@ -52,6 +52,8 @@ CONVERSATION_PARTIES = frozenset({"right_party", "consumer_equivalent"})
 
 #: The party who may consent to a callback: only the consumer, directly.
 CONSENTING_PARTY = "right_party"
+#: The party the policy names someone who is not the consumer (C3): contacted once.
+THIRD_PARTY = "third_party"
 
 
 class Signal(enum.StrEnum):
@@ -141,6 +143,22 @@ def record_conversation(engine: Engine, debt_id: int, at: dt.datetime) -> None:
         if debt.last_conversation_at is None or debt.last_conversation_at < at:
             debt.last_conversation_at = at
     logger.info("debt %s: conversation at %s", debt_id, in_utc(at))
+
+
+def record_third_party(engine: Engine, debt_id: int, number: str, at: dt.datetime) -> None:
+    """Someone other than the consumer answered ``number`` at ``at``: a third party is
+    contacted once (C3), so the gate dials it no more (``contact_rules``). The first time
+    is kept."""
+    _check_aware(at)
+    e164, _parsed, _problem = parse_number(number)
+    with Session(engine) as session, session.begin():
+        debt = _locked_debt(session, debt_id)
+        phone = next((p for p in debt.consumer.phones if p.number == e164), None)
+        if phone is None:
+            raise LookupError(f"{masked(number)} is not a number of debt {debt_id}'s consumer")
+        if phone.third_party_reached_at is None:
+            phone.third_party_reached_at = at
+    logger.info("debt %s: a third party answered %s at %s", debt_id, masked(number), in_utc(at))
 
 
 def apply_signal(
@@ -338,6 +356,7 @@ def record_call(
       read it (D5 fails closed), rather than lose it;
     - a conversation, when the call reached the consumer (or one who stands in
       their place, ``CONVERSATION_PARTIES``): D2 starts at ``ended_at``;
+    - a third party reached on ``number``: it is not dialled again (C3);
     - a ``callback_requested`` event the consumer (the right party only) consented
       to: its window (``record_callback_consent``), after the conversation, so that
       the conversation it was asked in does not use it up.
@@ -377,6 +396,8 @@ def record_call(
         )
     if party in CONVERSATION_PARTIES:
         attempt("conversation", record_conversation, engine, debt_id, ended_at)
+    if party == THIRD_PARTY and number:
+        attempt("third party", record_third_party, engine, debt_id, number, ended_at)
     for event in events:
         if event.kind != "callback_requested" or event.detail.get("consented") is not True:
             continue

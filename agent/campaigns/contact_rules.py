@@ -625,9 +625,24 @@ def _earliest(
     return None
 
 
+def _c3_third_party_once(facts: Facts, at: dt.datetime) -> Denial | None:
+    """C3: a third party is contacted once. Who answers a number cannot be known before
+    dialling, so a number a third party answered is not dialled again: a second call
+    could reach them again."""
+    reached = facts.phone.third_party_reached_at if facts.phone is not None else None
+    if reached is None:
+        return None
+    return Denial(
+        "C3",
+        f"a third party answered {masked(facts.number)} at {in_utc(reached)}, "
+        "and a third party is contacted once",
+    )
+
+
 #: The fixed order: suppressions and consent first, then counts, then hours.
 RULES: tuple[Rule, ...] = (
     _d9_suppressed,
+    _c3_third_party_once,
     _d7_cease_or_stop,
     _d6_attorney,
     _d10_consent,

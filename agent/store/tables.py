@@ -391,6 +391,9 @@ class Phone(Base):
     consent_date: Mapped[dt.date | None] = mapped_column(Date)
     #: Someone answering it said it is not the consumer's (D9).
     wrong_number: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: When someone other than the consumer answered it: a third party is contacted once
+    #: (C3), so the number is not dialled again.
+    third_party_reached_at: Mapped[dt.datetime | None]
     #: When the consumer said "stop calling": no calls to any of their numbers (D7).
     opted_out_at: Mapped[dt.datetime | None]
 
