@@ -151,6 +151,7 @@ def add_parsers(commands: Any) -> None:
     capacity.add_argument("--output", default="docs/benchmarks/capacity.md", help="where to write")
     from tools.bench_compliance import add_compliance_parser
     from tools.bench_console import add_calls_parser
+    from tools.bench_cost import add_cost_parser
     from tools.bench_endpoint import add_endpoint_parser
     from tools.bench_soak import add_soak_parser
 
@@ -158,6 +159,7 @@ def add_parsers(commands: Any) -> None:
     add_compliance_parser(benches)
     add_endpoint_parser(benches)
     add_soak_parser(benches)
+    add_cost_parser(benches)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -182,6 +184,10 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         from tools.bench_endpoint import run_endpoint_command
 
         return run_endpoint_command(args, settings)
+    if args.command == "bench" and args.bench == "cost":
+        from tools.bench_cost import run_cost_command
+
+        return run_cost_command(args, settings)
     if args.command == "bench" and args.bench == "soak":
         from tools.bench_soak import run_soak_command
 
