@@ -5,7 +5,8 @@ This is llama-cpp-python's own FastAPI server with three changes the agent needs
 - the Gemma 3 chat format (``infra.gemma_chat``), since the GGUF carries no template;
 - ``stream_options.include_usage``: llama-cpp-python 0.3.36 ignores it, so streamed
   completions would carry no token counts for the cost ledger; this server appends the
-  usage chunk OpenAI specifies;
+  usage chunk OpenAI specifies, with the request's model time (``compute_ms``: the model
+  serves one request at a time, so the time its generation ran is its share of the machine);
 - ``GET /health``, 503 until a warm-up completion has run (the first request after start
   otherwise pays several seconds of lazy set-up), then 200.
 
@@ -96,20 +97,26 @@ def chat_completion_with_usage(llama: Llama, **kwargs: Any) -> Iterator[dict[str
     llama-cpp-python does not report token counts when streaming, so they are counted
     here by tokenizing the prompt and the streamed text, the way the model saw them.
     """
+    started = time.perf_counter()
     chunks = llama.create_chat_completion(**kwargs)
     assert isinstance(chunks, Iterator)
-    return _append_usage(llama, kwargs["messages"], chunks)
+    return _append_usage(llama, kwargs["messages"], chunks, started)
 
 
 def _append_usage(
-    llama: Llama, messages: list[Any], chunks: Iterator[Any]
+    llama: Llama, messages: list[Any], chunks: Iterator[Any], started: float
 ) -> Iterator[dict[str, Any]]:
     text: list[str] = []
     last: dict[str, Any] | None = None
+    compute_s = 0.0
+    resumed = started
     for chunk in chunks:
+        # The model's time only: not the time the consumer took with each chunk.
+        compute_s += time.perf_counter() - resumed
         last = chunk
         text.extend(choice["delta"].get("content") or "" for choice in chunk["choices"])
         yield chunk
+        resumed = time.perf_counter()
     if last is None:
         return
     prompt_tokens = len(llama.tokenize(gemma3_prompt(messages).encode(), special=True))
@@ -125,6 +132,7 @@ def _append_usage(
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
+            "compute_ms": round(compute_s * 1000, 3),
         },
     }
 

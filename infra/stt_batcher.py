@@ -8,6 +8,10 @@ company, and finals that queue up while the model runs go into the next batch at
 
 If a batch fails, each of its finals is retried once on its own, so one bad utterance
 fails only its own stream (the stream is then closed with 1011, docs/protocols.md).
+
+Each final carries its share of the model's time (``Transcript.compute_s``), for the cost
+ledger: a batch's time split across its members by audio length, the way the decoder's work
+grows with it. A failed batch's time is charged to no one (its retries are timed alone).
 """
 
 from __future__ import annotations
@@ -61,10 +65,18 @@ class BatchStats:
         }
 
 
+@dataclass(frozen=True)
+class Transcript:
+    """One final's text and its share of the model's time, in seconds."""
+
+    text: str
+    compute_s: float
+
+
 @dataclass
 class _Pending:
     audio: np.ndarray
-    future: asyncio.Future[str]
+    future: asyncio.Future[Transcript]
     arrived: float = field(default_factory=time.monotonic)
 
 
@@ -99,7 +111,7 @@ class TranscriptionBatcher:
     def name(self) -> str:
         return self._transcriber.name
 
-    async def transcribe(self, audio: np.ndarray) -> str:
+    async def transcribe(self, audio: np.ndarray) -> Transcript:
         """The text of ``audio``, transcribed in a batch with whatever arrives with it."""
         loop = asyncio.get_running_loop()
         if self._runner is None or self._runner.done():
@@ -149,9 +161,7 @@ class TranscriptionBatcher:
         self.stats.finals += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         try:
-            texts = await loop.run_in_executor(
-                self._executor, self._transcriber.transcribe_batch, audios
-            )
+            texts, seconds = await loop.run_in_executor(self._executor, self._timed, audios)
             if len(texts) != len(batch):
                 raise RuntimeError(f"{len(texts)} texts for a batch of {len(batch)}")
         except Exception as error:
@@ -165,8 +175,14 @@ class TranscriptionBatcher:
                     continue
                 await self._serve([item])
             return
-        for item, text in zip(batch, texts, strict=True):
-            _settle(item.future, text=text)
+        for item, text, share in zip(batch, texts, shares(seconds, audios), strict=True):
+            _settle(item.future, Transcript(text, share))
+
+    def _timed(self, audios: list[np.ndarray]) -> tuple[list[str], float]:
+        """The batch's texts and the model's time for them (on the worker thread)."""
+        started = time.perf_counter()
+        texts = self._transcriber.transcribe_batch(audios)
+        return texts, time.perf_counter() - started
 
     def close(self) -> None:
         """Stop batching; finals still waiting fail with ``CancelledError``."""
@@ -178,8 +194,19 @@ class TranscriptionBatcher:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
+def shares(seconds: float, audios: Sequence[np.ndarray]) -> list[float]:
+    """``seconds`` of a batch split across its members by audio length (equally if all empty)."""
+    total = sum(audio.size for audio in audios)
+    if not total:
+        return [seconds / len(audios)] * len(audios)
+    return [seconds * audio.size / total for audio in audios]
+
+
 def _settle(
-    future: asyncio.Future[str], *, text: str = "", error: BaseException | None = None
+    future: asyncio.Future[Transcript],
+    result: Transcript | None = None,
+    *,
+    error: BaseException | None = None,
 ) -> None:
     """Resolve a final's future unless its stream already gave up on it."""
     if future.done():
@@ -187,4 +214,5 @@ def _settle(
     if error is not None:
         future.set_exception(error)
     else:
-        future.set_result(text)
+        assert result is not None
+        future.set_result(result)

@@ -31,6 +31,7 @@ from infra.stt_batcher import (
     DEFAULT_MAX_BATCH,
     DEFAULT_WINDOW_MS,
     Transcriber,
+    Transcript,
     TranscriptionBatcher,
 )
 from infra.whisper import LOG_PROB_THRESHOLD, MODEL_SAMPLE_RATE, NO_SPEECH_THRESHOLD
@@ -277,7 +278,8 @@ class ListenSession:
         started = time.perf_counter()
         seconds = self._turn.seconds
         audio = self._turn.take()
-        text = await self._worker.transcribe(audio) if audio.size else ""
+        result = await self._worker.transcribe(audio) if audio.size else Transcript("", 0.0)
+        text = result.text
         processing_ms = (time.perf_counter() - started) * 1000
         final: dict[str, Any] = {
             "type": "final",
@@ -285,6 +287,7 @@ class ListenSession:
             "text": text,
             "audio_seconds": seconds,
             "processing_ms": round(processing_ms, 1),
+            "compute_ms": round(result.compute_s * 1000, 3),
         }
         if turn is None:
             final["forced"] = True

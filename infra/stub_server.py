@@ -97,6 +97,7 @@ class StubChat:
             return web.json_response(
                 {"error": {"message": str(error), "type": "invalid_request_error"}}, status=400
             )
+        started = time.perf_counter()
         model = body.get("model") or STUB_MODEL
         usage = self._usage(body["messages"])
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
@@ -115,7 +116,7 @@ class StubChat:
                             "finish_reason": "stop",
                         }
                     ],
-                    "usage": usage,
+                    "usage": _timed(usage, started),
                 }
             )
         response = web.StreamResponse(
@@ -143,7 +144,7 @@ class StubChat:
             await send([choice({"content": word})])
         await send([choice({}, "stop")])
         if (body.get("stream_options") or {}).get("include_usage"):
-            await send([], usage=usage)
+            await send([], usage=_timed(usage, started))
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -157,6 +158,12 @@ class StubChat:
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+
+
+def _timed(usage: dict[str, int], started: float) -> dict[str, Any]:
+    """The usage with the request's time as its model time, as the real server reports it
+    (here the stand-in's wait for its first word, and nothing else)."""
+    return {**usage, "compute_ms": round((time.perf_counter() - started) * 1000, 3)}
 
 
 def create_app(

@@ -4,6 +4,10 @@ The agent sends one sentence or a few at a time and starts playing audio on the 
 chunk, so what matters is time to first byte, not total synthesis time. The protocol is in
 docs/protocols.md.
 
+For the cost ledger each response says what its synthesis costs: ``X-Real-Time-Factor``, the
+backend's seconds per second of audio on the request's first piece (the headers leave before
+the rest exists), which the client multiplies by the audio it receives.
+
 Run: ``python -m infra.tts_server --host 127.0.0.1 --port 8003``.
 """
 
@@ -27,6 +31,8 @@ from infra.serving import RequestError, json_object, parse_server_arguments, ser
 logger = logging.getLogger(__name__)
 
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 48000)
+#: The header that carries the request's real-time factor (compute seconds per audio second).
+REAL_TIME_FACTOR = "X-Real-Time-Factor"
 DEFAULT_SAMPLE_RATE = 16000
 MAX_TEXT_CHARS = 2000
 
@@ -92,9 +98,18 @@ class SpeechStream:
             else soxr.ResampleStream(synthesizer.sample_rate, sample_rate, 1, dtype="float32")
         )
         self._done = False
+        #: The backend's time for the pieces so far (timed on the synthesis thread).
+        self.compute_s = 0.0
 
     def next_chunk(self) -> bytes | None:
         """Synthesize the next piece (blocking); None when the text is spoken."""
+        started = time.perf_counter()
+        try:
+            return self._next_chunk()
+        finally:
+            self.compute_s += time.perf_counter() - started
+
+    def _next_chunk(self) -> bytes | None:
         if self._done:
             return None
         audio = next(self._chunks, None)
@@ -160,12 +175,13 @@ async def speech(request: web.Request) -> web.StreamResponse:
             logger.exception("synthesis failed for %r", text[:80])
             return web.json_response({"error": f"synthesis failed: {error}"}, status=500)
         first_chunk_ms = (time.perf_counter() - started) * 1000
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": f"audio/L16; rate={sample_rate}; channels=1",
-                "X-Sample-Rate": str(sample_rate),
-            }
-        )
+        headers = {
+            "Content-Type": f"audio/L16; rate={sample_rate}; channels=1",
+            "X-Sample-Rate": str(sample_rate),
+        }
+        if chunk:
+            headers[REAL_TIME_FACTOR] = f"{stream.compute_s / (len(chunk) / 2 / sample_rate):.6f}"
+        response = web.StreamResponse(headers=headers)
         response.enable_chunked_encoding()
         await response.prepare(request)
         total_bytes = 0
@@ -178,12 +194,13 @@ async def speech(request: web.Request) -> web.StreamResponse:
     finally:
         stream.close()
     logger.info(
-        "%d chars -> %.2f s of audio at %d Hz; first chunk %.0f ms, all %.0f ms",
+        "%d chars -> %.2f s of audio at %d Hz; first chunk %.0f ms, all %.0f ms, compute %.0f ms",
         len(text),
         total_bytes / 2 / sample_rate,
         sample_rate,
         first_chunk_ms,
         (time.perf_counter() - started) * 1000,
+        stream.compute_s * 1000,
     )
     return response
 

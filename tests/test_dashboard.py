@@ -331,3 +331,103 @@ async def test_dates_at_the_ends_of_the_calendar_are_a_400_not_a_500(
     for path in ("/api/kpis", "/console/dashboard"):
         response = await client.get(path, params={"to": to})
         assert response.status == 400 and "outside 1900-01-01" in await response.text()
+
+
+# -- what the owner pays ----------------------------------------------------------------------
+
+
+def _provisioning() -> kpis.Provisioning:
+    """$9.60 a day of compute; 86,400 device seconds a day per model stage, 172,800 CPU seconds."""
+    return kpis.Provisioning(
+        "test",
+        9.60,
+        {"stt": 86_400.0, "llm": 86_400.0, "tts": 86_400.0, "worker": 172_800.0},
+    )
+
+
+def _measured(engine: Engine) -> None:
+    """Call a's STT line measured, with the servers' time; a worker line on a and b."""
+    with Session(engine) as session, session.begin():
+        session.execute(
+            update(CostLine)
+            .where(CostLine.call_id == "a", CostLine.component == "stt")
+            .values(basis="measured", compute_s=864.0)
+        )
+        for cid, cpu in (("a", 17.28), ("b", 0.0)):
+            session.add(
+                CostLine(
+                    call_id=cid,
+                    component="worker",
+                    quantity=cpu,
+                    unit="cpu_second",
+                    unit_price_usd=0.0,
+                    amount_usd=0.0,
+                    price_book_version="test",
+                    basis="measured",
+                    compute_s=cpu,
+                )
+            )
+
+
+def test_provisioned_cost_utilization_and_the_declared_share(seeded: Engine) -> None:
+    _measured(seeded)
+    day1, day2 = kpis.cost_by_day(seeded, DAY1, DAY2, _provisioning())
+    # Day 1: the compute's $9.60 + the metered lines (telephony 0.03, fallback 0.01).
+    assert day1.provisioned_usd == pytest.approx(9.64)
+    assert day1.provisioned_usd_per_minute == pytest.approx(9.64 / 4.0)
+    assert day1.usd_per_minute == pytest.approx(0.02)  # attributed: unchanged
+    # Every line but a's STT rests on declared figures (stored without a basis).
+    assert day1.declared_usd == pytest.approx(0.07)
+    assert day1.utilization == {
+        "stt": pytest.approx(0.01),
+        "llm": None,
+        "tts": None,
+        "worker": pytest.approx(0.0001),
+    }
+    assert day1.worker_cpu_s_per_call == pytest.approx(17.28 / 3)
+    assert day2.utilization["stt"] is None and day2.worker_cpu_s_per_call is None
+    result = kpis.figures(seeded, DAY1, DAY2, 0.04, _provisioning())
+    assert result.provisioned_usd_per_minute == pytest.approx((9.64 + 9.61) / 4.5)
+    assert result.declared_share == pytest.approx(0.09 / 0.10)
+
+
+def test_cost_per_dollar_promised_and_the_campaign_forecast(seeded: Engine) -> None:
+    result = kpis.figures(seeded, DAY1, DAY2, 0.04, _provisioning(), accounts=100)
+    [per_dollar] = result.owner_kpis
+    # $0.10 of cost over the $100 promised on a and d.
+    assert (per_dollar.numerator, per_dollar.denominator) == (pytest.approx(0.10), 100.0)
+    assert per_dollar.value == pytest.approx(0.001)
+    forecast = result.forecast
+    assert forecast is not None
+    # a, b, c, d ended with minutes (e is still active): 4 of 4 connected, 4.5 / 4 min each.
+    assert (forecast.connect_rate, forecast.minutes_per_connect) == (1.0, 1.125)
+    assert forecast.expected_minutes == pytest.approx(112.5)
+    assert forecast.attributed_usd == pytest.approx(112.5 * 0.10 / 4.5)
+    assert forecast.provisioned_usd == pytest.approx(112.5 * result.provisioned_usd_per_minute)
+    with pytest.raises(ValueError, match="accounts"):
+        kpis.forecast(seeded, DAY1, DAY2, -1, result)
+
+
+async def test_the_owner_sees_what_a_minute_really_cost(seeded: Engine) -> None:
+    _measured(seeded)
+    users = Users(seeded, FAST)
+    users.add("olga", PASSWORD, "owner")
+    app = web.Application()
+    setup_auth(app, seeded, secure_cookies=False, clock=lambda: NOW, hasher=FAST)
+    add_dashboard(app, 0.04, _provisioning())
+    async with TestClient(TestServer(app)) as client:
+        await login(client, "olga")
+        query = {"from": "2026-12-01", "to": "2026-12-02", "accounts": "100"}
+        page = await (await client.get("/console/dashboard", params=query)).text()
+        bad = await client.get("/api/kpis", params={"accounts": "many"})
+        assert bad.status == 400
+    owner = re.search(r'<p class="note" id="owner-cost">(.*?)</p>', page, re.S)
+    assert owner and "attributed $0.0222/min" in owner.group(1)
+    assert "provisioned $4.2778/min (profile test" in owner.group(1)
+    assert '<span class="declared">90% of the attributed cost rests on declared' in owner.group(1)
+    assert '<td class="declared">88% declared</td>' in page  # day 1: 0.07 of 0.08
+    assert '<table id="utilization">' in page and "<td>1.00</td>" in page
+    forecast = re.search(r'<p class="note" id="forecast">(.*?)</p>', page, re.S)
+    assert forecast and "dialling 100 accounts" in forecast.group(1)
+    assert "112 connected minutes, $2.50 attributed, $481.25 provisioned" in forecast.group(1)
+    assert 'data-kpi="cost_per_promised_dollar_usd"' in page

@@ -202,6 +202,8 @@ async def test_generated_calls_are_what_real_calls_leave(db_url, db_engine):
             call.transport,
             call.duration_s,
             stt_audio_s=sum(t.stt_audio_s or 0 for t in call.turns),
+            llm_prompt_tokens=sum(t.llm_prompt_tokens or 0 for t in call.turns),
+            llm_completion_tokens=sum(t.llm_completion_tokens or 0 for t in call.turns),
             tts_characters=sum(t.tts_characters or 0 for t in call.turns),
             fallback_tts_characters=fallback,
         )

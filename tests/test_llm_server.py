@@ -76,6 +76,7 @@ async def test_streamed_completion_with_usage(client: openai.AsyncOpenAI) -> Non
     assert usage.prompt_tokens > 20  # the system text is in the prompt
     assert 1 <= usage.completion_tokens <= 14  # re-tokenized text: about max_tokens
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    assert (usage.model_extra or {})["compute_ms"] > 0  # the model's time, for the ledger
     assert all(c.usage is None for c in chunks[:-1])
 
 

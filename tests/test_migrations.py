@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from agent.ledger.latency import DEFINITION, LEGACY_DEFINITION
 from agent.store.database import alembic_config, create_engine_for
-from agent.store.tables import Base, Turn
+from agent.store.tables import Base, CostLine, Turn
 
 TABLES = {
     "calls",
@@ -69,7 +69,7 @@ def test_migrated_schema_matches_the_models(db_url: str) -> None:
         with engine.connect() as connection:
             head = ScriptDirectory.from_config(alembic_config(db_url)).get_current_head()
             current = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-            assert current == head == "0010"
+            assert current == head == "0011"
     finally:
         engine.dispose()
 
@@ -163,6 +163,55 @@ def test_upgrade_to_0009_marks_the_turns_already_recorded_legacy(empty_db_url: s
         assert [tuple(r) for r in rows] == [
             (1, 120.0, LEGACY_DEFINITION),
             (2, 300.0, DEFINITION),
+        ]
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_to_0011_keeps_the_cost_lines_already_priced_as_declared(empty_db_url: str) -> None:
+    """Lines priced per call minute before the basis was kept: readable, and declared."""
+    config = alembic_config(empty_db_url)
+    command.upgrade(config, "0010")
+    engine = create_engine_for(empty_db_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(
+                text(
+                    "INSERT INTO calls (id, transport, direction, status, started_at)"
+                    " VALUES ('c1', 'sip', 'inbound', 'ended', '2026-12-01 15:00:00')"
+                )
+            )
+            connection.execute(
+                text(
+                    "INSERT INTO cost_lines (call_id, component, quantity, unit, unit_price_usd,"
+                    " amount_usd, price_book_version)"
+                    " VALUES ('c1', 'stt', 2.0, 'call_minute', 0.001, 0.002, '2026-12-01')"
+                )
+            )
+        command.upgrade(config, "head")
+        with Session(engine) as session:
+            session.add(
+                CostLine(
+                    call_id="c1",
+                    component="stt",
+                    quantity=30.0,
+                    unit="audio_second",
+                    unit_price_usd=0.00003,
+                    amount_usd=0.0009,
+                    price_book_version="2026-12-06",
+                    basis="measured",
+                    compute_s=4.5,
+                )
+            )
+            session.commit()
+            rows = session.execute(
+                select(
+                    CostLine.unit, CostLine.amount_usd, CostLine.basis, CostLine.compute_s
+                ).order_by(CostLine.id)
+            ).all()
+        assert [tuple(r) for r in rows] == [
+            ("call_minute", 0.002, "declared", None),
+            ("audio_second", 0.0009, "measured", 4.5),
         ]
     finally:
         engine.dispose()

@@ -4,20 +4,40 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import datetime as dt
+import json
+import math
 import tomllib
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pytest
 
-from agent.ledger.pricebook import DEFAULT_PATH, CallUsage, PriceBook, price_call
+from agent.ledger.pricebook import (
+    DEFAULT_PATH,
+    CallUsage,
+    PriceBook,
+    StagePlacement,
+    price_call,
+)
 from agent.ledger.records import TRANSPORTS, CallStarted, new_call_id
+from agent.ledger.throughput import DECLARED, MEASURED
 from telephony.carriers.media_stream import CARRIERS
 
 ROOT = Path(__file__).resolve().parent.parent
 
 COMPONENTS = ["telephony", "stt", "llm", "tts", "tts_fallback"]
+LINES = [
+    ("telephony", "minute"),
+    ("stt", "audio_second"),
+    ("llm", "1k_prompt_tokens"),
+    ("llm", "1k_completion_tokens"),
+    ("tts", "audio_second"),
+    ("tts_fallback", "1k_characters"),
+    ("worker", "cpu_second"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +56,7 @@ def amounts(cost: Any) -> dict[str, float]:
 
 
 def test_the_shipped_book(book: PriceBook) -> None:
-    assert book.version == "2026-12-01"
+    assert book.version == "2026-12-06"
     assert book.currency == "USD"
     assert book.target_usd_per_minute == 0.04
     assert book.compute_usd_per_hour == {"h100": 2.49, "h200": 3.50, "cpu-2core": 0.10}
@@ -48,51 +68,103 @@ def test_the_shipped_book(book: PriceBook) -> None:
 
 def test_loads_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert PriceBook.load().version == "2026-12-01"
+    assert PriceBook.load().version == "2026-12-06"
 
 
-def test_two_minute_webrtc_call_on_embedded_cpu(book: PriceBook) -> None:
-    cost = price_call(book, "embedded-cpu", CallUsage("webrtc", 120.0))
-    # Each stage: $0.10/h / 60 / 1 call = $0.0016667 per call minute, x 2 minutes.
-    assert [line.component for line in cost.lines] == COMPONENTS
-    assert amounts(cost) == pytest.approx(
-        {"telephony": 0.0, "stt": 0.0033333, "llm": 0.0033333, "tts": 0.0033333, "tts_fallback": 0},
-        abs=1e-7,
+def test_the_embedded_stt_is_priced_from_its_measured_throughput(book: PriceBook) -> None:
+    stt = book.profile("embedded-cpu")["stt"].throughput["audio_s_per_s"]
+    profile = json.loads((ROOT / "agent/ledger/profiles/stt.json").read_text())
+    [option] = [
+        o
+        for o in profile["options"]
+        if o["concurrency"] == 1 and "batched" in o["config"] and "throughput" in o
+    ]
+    assert (stt.per_s, stt.basis) == (option["throughput"]["audio_s_per_s"], MEASURED)
+    assert "agent/ledger/profiles/stt.json" in stt.source
+    price, _ = book.unit_price("embedded-cpu", "stt", "audio_s_per_s")
+    # $0.10/h over (audio seconds per second x 50 % utilization) x 3600 s.
+    assert price == pytest.approx(0.10 / 3600 / (stt.per_s * 0.5))
+
+
+def test_a_call_is_priced_by_what_it_used(book: PriceBook) -> None:
+    usage = CallUsage(
+        "sip",
+        120.0,
+        stt_audio_s=20.0,
+        stt_compute_s=6.0,
+        llm_prompt_tokens=3000,
+        llm_cached_tokens=2000,
+        llm_completion_tokens=100,
+        llm_compute_s=4.0,
+        tts_characters=600,
+        tts_audio_s=40.0,
+        tts_compute_s=4.0,
+        worker_cpu_s=10.0,
     )
+    cost = price_call(book, "embedded-cpu", usage)
+    assert [(line.component, line.unit) for line in cost.lines] == LINES
+    by_unit = {(line.component, line.unit): line for line in cost.lines}
+    stt, _ = book.unit_price("embedded-cpu", "stt", "audio_s_per_s")
+    assert by_unit["stt", "audio_second"].amount_usd == pytest.approx(20.0 * stt)
+    assert by_unit["stt", "audio_second"].compute_s == 6.0
+    # The cached prompt tokens were not prefilled: 1,000 priced, at 400/s declared, 50 %.
+    prompt = by_unit["llm", "1k_prompt_tokens"]
+    assert prompt.quantity == 1.0
+    assert prompt.unit_price_usd == pytest.approx(1000 * 0.10 / 3600 / (400 * 0.5))
+    assert prompt.basis == DECLARED
+    assert by_unit["llm", "1k_completion_tokens"].compute_s == 4.0
+    tts = by_unit["tts", "audio_second"]
+    assert (tts.quantity, tts.basis) == (40.0, DECLARED)
+    worker = by_unit["worker", "cpu_second"]
+    # A CPU second is half a 2-core VM's second, at 50 % utilization.
+    assert worker.unit_price_usd == pytest.approx(0.10 / 3600 / 2 / 0.5)
+    assert (worker.basis, worker.compute_s) == (MEASURED, 10.0)
+    assert by_unit["telephony", "minute"].amount_usd == pytest.approx(0.009)
+    assert cost.total_usd == pytest.approx(math.fsum(line.amount_usd for line in cost.lines))
+    assert cost.per_minute_usd == pytest.approx(cost.total_usd / 2)
+    assert cost.declared_usd == pytest.approx(
+        prompt.amount_usd + by_unit["llm", "1k_completion_tokens"].amount_usd + tts.amount_usd
+    )
+    assert cost.price_book_version == "2026-12-06"
+    assert cost.within_target
+
+
+def test_a_long_silent_call_costs_less_stt_than_a_talkative_one(book: PriceBook) -> None:
+    def stt(usage: CallUsage) -> float:
+        cost = price_call(book, "embedded-cpu", usage)
+        return sum(line.amount_usd for line in cost.lines if line.component == "stt")
+
+    silent = CallUsage("sip", 600.0, stt_audio_s=5.0)  # ten minutes, a few words
+    talkative = CallUsage("sip", 120.0, stt_audio_s=60.0)  # two minutes of talk
+    assert stt(silent) < stt(talkative)
+    # Under the old constant price the silent call cost five times more.
+    assert (
+        book.per_call_minute("embedded-cpu", "stt") * 10
+        > book.per_call_minute("embedded-cpu", "stt") * 2
+    )
+
+
+def test_a_placement_given_only_as_calls_per_unit_is_priced_per_minute_and_declared(
+    book: PriceBook,
+) -> None:
+    plain = dataclasses.replace(
+        book,
+        profiles=MappingProxyType(
+            {"candidate": {stage: StagePlacement("h100", 200) for stage in ("stt", "llm", "tts")}}
+        ),
+    )
+    cost = price_call(plain, "candidate", CallUsage("webrtc", 120.0))
+    assert [line.component for line in cost.lines] == COMPONENTS  # no worker provisioned
     stt = cost.lines[1]
-    assert (stt.quantity, stt.unit) == (2.0, "call_minute")
-    assert stt.unit_price_usd == pytest.approx(0.10 / 60)
-    assert cost.total_usd == pytest.approx(0.01)
-    assert cost.per_minute_usd == pytest.approx(0.005)
-    assert cost.price_book_version == "2026-12-01"
-    assert cost.target_usd_per_minute == 0.04
-    assert cost.within_target
-
-
-def test_two_minute_webrtc_call_on_h100(book: PriceBook) -> None:
-    cost = price_call(book, "h100", CallUsage("webrtc", 120.0))
-    # $2.49/h / 60 = $0.0415 per GPU minute, shared by the calls one GPU serves:
-    # stt / 200 = 0.0002075, llm / 60 = 0.00069167, tts / 40 = 0.0010375 per call minute.
-    assert amounts(cost) == pytest.approx(
-        {"telephony": 0.0, "stt": 0.000415, "llm": 0.00138333, "tts": 0.002075, "tts_fallback": 0},
-        abs=1e-8,
-    )
-    assert cost.total_usd == pytest.approx(0.00387333, abs=1e-8)
-    assert cost.per_minute_usd == pytest.approx(0.00193667, abs=1e-8)
-    assert cost.within_target
+    assert (stt.quantity, stt.unit, stt.basis) == (2.0, "call_minute", DECLARED)
+    assert stt.unit_price_usd == pytest.approx(2.49 / 60 / 200)
 
 
 def test_fallback_tts_is_priced_by_characters(book: PriceBook) -> None:
     cost = price_call(book, "h100", CallUsage("webrtc", 120.0, fallback_tts_characters=2000))
-    fallback = cost.lines[-1]
-    assert (fallback.component, fallback.quantity, fallback.unit) == (
-        "tts_fallback",
-        2.0,
-        "1k_characters",
-    )
+    [fallback] = [line for line in cost.lines if line.component == "tts_fallback"]
+    assert (fallback.quantity, fallback.unit, fallback.basis) == (2.0, "1k_characters", MEASURED)
     assert fallback.amount_usd == pytest.approx(0.10)  # 2 x $0.05
-    assert cost.total_usd == pytest.approx(0.10387333, abs=1e-8)
-    assert cost.per_minute_usd == pytest.approx(0.05193667, abs=1e-8)
     assert not cost.within_target  # over $0.04/min: the fallback is the expensive path
 
 
@@ -110,11 +182,19 @@ def test_telephony_by_the_minute(book: PriceBook) -> None:
 
 def test_zero_length_call_lists_every_component(book: PriceBook) -> None:
     cost = price_call(book, "h100", CallUsage("sip", 0.0))
-    assert [line.component for line in cost.lines] == COMPONENTS
+    assert [(line.component, line.unit) for line in cost.lines] == LINES
     assert all(line.amount_usd == 0 for line in cost.lines)
     assert cost.total_usd == 0
     assert cost.per_minute_usd is None
     assert cost.within_target
+
+
+def test_what_a_profile_provisions(book: PriceBook) -> None:
+    # Three 2-core VMs for the models and one for the worker, all day.
+    assert book.provisioned_usd_per_day("embedded-cpu") == pytest.approx(4 * 0.10 * 24)
+    assert book.provisioned_seconds_per_day("embedded-cpu", "stt") == 86_400
+    assert book.provisioned_seconds_per_day("embedded-cpu", "worker") == 2 * 86_400
+    assert book.provisioned_usd_per_day("h100") == pytest.approx((3 * 2.49 + 0.10) * 24)
 
 
 def test_every_transport_a_call_can_take_is_priced(book: PriceBook) -> None:
@@ -169,6 +249,12 @@ def test_usage_that_cannot_be_priced(book: PriceBook) -> None:
         price_call(book, "h100", CallUsage("carrier-pigeon", 60.0))
     with pytest.raises(ValueError, match="duration_s"):
         price_call(book, "h100", CallUsage("webrtc", -1.0))
+    with pytest.raises(ValueError, match="stt_audio_s must be a non-negative"):
+        price_call(book, "h100", CallUsage("webrtc", 60.0, stt_audio_s=float("nan")))
+    with pytest.raises(ValueError, match="llm_cached_tokens .* exceed"):
+        price_call(
+            book, "h100", CallUsage("webrtc", 60.0, llm_prompt_tokens=1, llm_cached_tokens=2)
+        )
 
 
 def test_changed_book_reprices(raw: dict[str, Any], tmp_path: Path) -> None:
@@ -178,9 +264,9 @@ def test_changed_book_reprices(raw: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "book.toml"
     path.write_text(_to_toml(raw))
     book = PriceBook.load(path)
-    cost = price_call(book, "h100", CallUsage("webrtc", 60.0))
+    cost = price_call(book, "h100", CallUsage("webrtc", 60.0, stt_audio_s=30.0))
     assert cost.price_book_version == "2027-01-01"
-    assert cost.lines[1].amount_usd == pytest.approx(1.80 / 60 / 200)
+    assert cost.lines[1].amount_usd == pytest.approx(30.0 * 1.80 / 3600 / (400 * 0.6))
 
 
 @pytest.mark.parametrize(
@@ -208,6 +294,32 @@ def test_changed_book_reprices(raw: dict[str, Any], tmp_path: Path) -> None:
             r"profiles.h100.vad: unknown stage",
         ),
         (lambda b: b["profiles"].update(h100="fast"), r"profiles.h100: expected a table"),
+        (
+            lambda b: b["profiles"]["h100"]["llm"].pop("prompt_tokens_per_s"),
+            r"profiles.h100.llm.prompt_tokens_per_s: missing",
+        ),
+        (
+            lambda b: b["profiles"]["h100"]["stt"].update(audio_s_per_s=0),
+            r"profiles.h100.stt.audio_s_per_s: must be positive",
+        ),
+        (
+            lambda b: b["profiles"]["h100"]["tts"].update(
+                audio_s_per_s={"measured": "stt", "concurrency": 1}
+            ),
+            r"profiles.h100.tts.audio_s_per_s: .*stt.json: no option for tts",
+        ),
+        (
+            lambda b: b["profiles"]["embedded-cpu"]["stt"]["audio_s_per_s"].pop("config"),
+            r"profiles.embedded-cpu.stt.audio_s_per_s: .*2 options for stt",
+        ),
+        (
+            lambda b: b["profiles"]["h100"].update(target_utilization=1.5),
+            r"profiles.h100.target_utilization: must be in \(0, 1\]",
+        ),
+        (
+            lambda b: b["profiles"]["h100"]["worker"].update(cores=0),
+            r"profiles.h100.worker.cores: must be positive",
+        ),
         (lambda b: b.pop("fallback_tts"), r"fallback_tts: missing"),
         (
             lambda b: b["telephony"]["usd_per_minute"].update(sip="cheap"),
@@ -228,6 +340,12 @@ def test_changed_book_reprices(raw: dict[str, Any], tmp_path: Path) -> None:
         "missing-stage",
         "unknown-stage",
         "profile-type",
+        "half-a-throughput",
+        "zero-throughput",
+        "measured-stage-missing",
+        "measured-ambiguous",
+        "utilization",
+        "worker-cores",
         "no-fallback",
         "telephony-type",
     ],

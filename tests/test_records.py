@@ -71,8 +71,10 @@ def test_event_detail_is_a_snapshot() -> None:
 
 
 def test_call_ended_carries_the_priced_call() -> None:
-    cost = price_call(PriceBook.load(), "embedded-cpu", CallUsage("loopback", 60.0))
+    book = PriceBook.load()
+    cost = price_call(book, "embedded-cpu", CallUsage("loopback", 60.0, stt_audio_s=10.0))
     record = CallEnded(new_call_id(), NOW, 60.0, "hangup", cost)
-    assert record.cost.total_usd == pytest.approx(0.005)
+    stt, _ = book.unit_price("embedded-cpu", "stt", "audio_s_per_s")
+    assert record.cost.total_usd == pytest.approx(10.0 * stt)
     with pytest.raises(ValueError):
         CallEnded(new_call_id(), NOW, -1.0, "hangup", cost)

@@ -99,6 +99,7 @@ async def test_a_finalized_turn_comes_back_as_its_words(stt_url: str, sample_rat
         assert word in heard, final["text"]
     assert final["audio_seconds"] == pytest.approx(pcm_seconds(pcm, sample_rate), abs=0.001)
     assert final["processing_ms"] > 0
+    assert 0 < final["compute_ms"] <= final["processing_ms"]
 
 
 @pytest.mark.models

@@ -55,7 +55,9 @@ async def test_every_turn_hears_the_fixed_transcript(stub_url: str) -> None:
     assert final["text"] == DEFAULT_TRANSCRIPT
     assert final["turn"] == 1
     assert final["audio_seconds"] == pytest.approx(1.0)
+    assert 0 <= final["compute_ms"] <= final["processing_ms"]  # the model's share alone
     assert empty["text"] == ""
+    assert empty["compute_ms"] == 0  # nothing buffered: no model call
     assert usage == {"type": "usage", "audio_seconds": pytest.approx(1.0)}
 
 
@@ -81,6 +83,7 @@ async def test_speech_is_a_short_tone_at_the_asked_rate(stub_url: str, sample_ra
     ):
         assert response.status == 200
         assert response.headers["Content-Type"] == f"audio/L16; rate={sample_rate}; channels=1"
+        assert 0 <= float(response.headers["X-Real-Time-Factor"]) < 1  # a stored tone
         body = await response.read()
 
     tone = np.frombuffer(body, dtype="<i2").astype(np.float32)
@@ -117,6 +120,7 @@ async def test_streamed_chat_reply_with_usage(stub_url: str) -> None:
     assert chunks[-1].choices == []
     assert chunks[-1].usage is not None
     assert chunks[-1].usage.prompt_tokens == 4
+    assert (chunks[-1].usage.model_extra or {})["compute_ms"] >= 0
 
 
 async def test_plain_chat_reply(stub_url: str) -> None:

@@ -53,6 +53,7 @@ async def test_speech_streams_as_pcm_at_the_asked_rate(tts_url: str, sample_rate
     assert response.status == 200
     assert response.headers["Content-Type"] == f"audio/L16; rate={sample_rate}; channels=1"
     assert response.headers["X-Sample-Rate"] == str(sample_rate)
+    assert 0 < float(response.headers["X-Real-Time-Factor"]) < 1  # Piper: faster than real time
     assert response.headers["Transfer-Encoding"] == "chunked"
     body = b"".join(pieces)
     assert len(body) % 2 == 0

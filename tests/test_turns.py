@@ -30,6 +30,7 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from agent.ledger.latency import DEFINITION
 from agent.pipeline.turns import CallProcessors, TurnLedger
+from agent.pipeline.usage import ComputeUsageMetricsData, TTSAudioUsageMetricsData
 
 CALL = "c" * 32
 MS = 1_000_000
@@ -112,6 +113,33 @@ async def test_a_turn_is_broken_into_its_parts():
     assert not record.interrupted
     assert line.heard == [("caller", "yes that is me"), ("agent", "Thank you.")]
     assert line.ledger.totals.llm_prompt_tokens == 30
+
+
+async def test_the_servers_time_and_the_tts_audio_are_summed_for_the_price():
+    line = Line()
+    cached = LLMTokenUsage(
+        prompt_tokens=50, completion_tokens=5, total_tokens=55, cache_read_input_tokens=40
+    )
+    usage = [
+        ComputeUsageMetricsData(processor="stt", stage="stt", value=0.2),
+        ComputeUsageMetricsData(processor="stt", stage="stt", value=0.1),
+        ComputeUsageMetricsData(processor="llm", stage="llm", value=0.5),
+        ComputeUsageMetricsData(processor="tts", stage="tts", value=0.03),
+        TTSAudioUsageMetricsData(processor="tts", value=1.5),
+        LLMUsageMetricsData(processor="llm", value=cached),
+    ]
+    await line.push(10, MetricsFrame(data=usage), line.stt)  # before any turn: still the call's
+    await line.turn(100)
+    await line.push(10, MetricsFrame(data=usage[:1]), line.stt, first=False)  # counted once
+
+    totals = line.ledger.totals
+    assert (totals.stt_compute_s, totals.llm_compute_s) == (0.30000000000000004, 0.5)
+    assert (totals.tts_compute_s, totals.tts_audio_s) == (0.03, 1.5)
+    assert (totals.llm_prompt_tokens, totals.llm_cached_tokens) == (80, 40)
+    priced = totals.priced_as("sip", 60.0, fallback_tts_characters=7, worker_cpu_s=1.25)
+    assert (priced.transport, priced.duration_s, priced.stt_audio_s) == ("sip", 60.0, 1.3)
+    assert (priced.fallback_tts_characters, priced.worker_cpu_s) == (7, 1.25)
+    assert (priced.llm_cached_tokens, priced.tts_compute_s) == (40, 0.03)
 
 
 async def test_frames_pushed_on_are_counted_once():

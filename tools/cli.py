@@ -24,6 +24,7 @@ def add_parsers(commands: Any) -> None:
     """Add the tools' commands to the main parser's subparsers."""
     from tools.bench_compliance import add_compliance_parser
     from tools.bench_console import add_calls_parser
+    from tools.bench_cost import add_cost_parser
     from tools.bench_endpoint import add_endpoint_parser
     from tools.bench_soak import add_soak_parser
     from tools.demo import add_demo_parser
@@ -43,6 +44,7 @@ def add_parsers(commands: Any) -> None:
         add_compliance_parser,
         add_endpoint_parser,
         add_soak_parser,
+        add_cost_parser,
     ):
         add(benches)
 
@@ -317,6 +319,12 @@ def _soak(args: argparse.Namespace, settings: Settings) -> int:
     return run_soak_command(args, settings)
 
 
+def _cost(args: argparse.Namespace, settings: Settings) -> int:
+    from tools.bench_cost import run_cost_command
+
+    return run_cost_command(args, settings)
+
+
 def _compliance(args: argparse.Namespace, settings: Settings) -> int:
     from tools.bench_compliance import run_compliance_command
 
@@ -344,4 +352,5 @@ _BENCHES: dict[str, Runner] = {
     "soak": _soak,
     "compliance": _compliance,
     "calls": _calls,
+    "cost": _cost,
 }

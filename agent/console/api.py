@@ -35,7 +35,7 @@ from agent.campaigns import Ledger, masked
 from agent.console.audit import audit
 from agent.console.auth import AUTH, Handler, require_role
 from agent.console.context import ENGINE, now
-from agent.console.dashboard import MAX_DAYS, TARGET, parse_range
+from agent.console.dashboard import MAX_DAYS, TARGET, parse_range, provisioning
 from agent.console.kpis import DayCost, components, cost_by_day, figures
 from agent.console.openapi import document
 from agent.console.pages import (
@@ -335,7 +335,9 @@ async def call_turns(request: web.Request) -> web.Response:
 @require_role(Role.OWNER)
 async def costs(request: web.Request) -> web.Response:
     start, end = _range(request)
-    days = await asyncio.to_thread(cost_by_day, request.app[ENGINE], start, end)
+    days = await asyncio.to_thread(
+        cost_by_day, request.app[ENGINE], start, end, provisioning(request.app)
+    )
     return web.json_response(
         {
             "from": start.isoformat(),
@@ -349,5 +351,7 @@ async def costs(request: web.Request) -> web.Response:
 @require_role(Role.OWNER)
 async def kpis(request: web.Request) -> web.Response:
     start, end = _range(request)
-    result = await asyncio.to_thread(figures, request.app[ENGINE], start, end, request.app[TARGET])
+    result = await asyncio.to_thread(
+        figures, request.app[ENGINE], start, end, request.app[TARGET], provisioning(request.app)
+    )
     return web.json_response(result.to_json())

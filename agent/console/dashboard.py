@@ -24,7 +24,15 @@ from aiohttp import web
 from agent.console import query as q
 from agent.console.auth import require_role
 from agent.console.context import ENGINE, now
-from agent.console.kpis import Figures, Kpi, components, figures
+from agent.console.kpis import (
+    DEFAULT_ACCOUNTS,
+    UTILIZED,
+    Figures,
+    Kpi,
+    Provisioning,
+    components,
+    figures,
+)
 from agent.console.layout import page
 from agent.console.query import QueryError
 from agent.ledger.latency import MEANINGS, RESPONSE, RESPONSE_TARGET_MS, VOICE_TO_VOICE
@@ -39,23 +47,33 @@ logger = logging.getLogger(__name__)
 
 #: The planner's choice, shown beside the measured figures.
 PLANNED = web.AppKey("dashboard_planned", object)
+#: What the running deployment provisions (None: the provisioned figures are not shown).
+PROVISIONING = web.AppKey("dashboard_provisioning", object)
+MAX_ACCOUNTS = 10_000_000
 #: Where the page loads Chart.js from (``make`` puts it in agent/server/web/vendor/).
 CHART_JS = "/static/vendor/chart.umd.min.js"
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 
 
-def add_dashboard(app: web.Application, target_usd_per_minute: float | None = None) -> None:
+def add_dashboard(
+    app: web.Application,
+    target_usd_per_minute: float | None = None,
+    provisioning: Provisioning | None = None,
+) -> None:
     """Add ``/console/dashboard`` and ``/api/kpis``; after ``setup_auth`` (they use its engine).
 
     ``target_usd_per_minute``: the cost chart's target line, the running price
     book's (``ctx.price_book``); None reads the repository's, infra/pricebook.toml.
+    ``provisioning``: what the running profile provisions (``Provisioning.of(book,
+    profile)``); None leaves the provisioned cost and the utilization out.
     """
     if ENGINE not in app:
         raise RuntimeError("add_dashboard needs setup_auth first")
     if target_usd_per_minute is None:
         target_usd_per_minute = PriceBook.load().target_usd_per_minute
     app[TARGET] = target_usd_per_minute
+    app[PROVISIONING] = provisioning
     app[PLANNED] = _planned_configuration()
     app.router.add_get("/console/dashboard", dashboard_page)
     app.router.add_get("/api/kpis", kpis_json)
@@ -84,9 +102,34 @@ def parse_range(query: Mapping[str, str], today: dt.date) -> tuple[dt.date, dt.d
     return start, end
 
 
+def parse_accounts(query: Mapping[str, str]) -> int:
+    """``accounts`` of the query: the size of the campaign to forecast."""
+    raw = query.get("accounts")
+    if raw is None or raw == "":
+        return DEFAULT_ACCOUNTS
+    if not raw.isdigit() or int(raw) > MAX_ACCOUNTS:
+        raise QueryError(f"accounts must be a whole number from 0 to {MAX_ACCOUNTS}, got {raw!r}")
+    return int(raw)
+
+
 async def _figures(request: web.Request) -> Figures:
     start, end = parse_range(request.query, now(request.app).date())
-    return await asyncio.to_thread(figures, request.app[ENGINE], start, end, request.app[TARGET])
+    accounts = parse_accounts(request.query)
+    return await asyncio.to_thread(
+        figures,
+        request.app[ENGINE],
+        start,
+        end,
+        request.app[TARGET],
+        provisioning(request.app),
+        accounts,
+    )
+
+
+def provisioning(app: web.Application) -> Provisioning | None:
+    """What ``add_dashboard`` was told the deployment provisions."""
+    given = app[PROVISIONING]
+    return given if isinstance(given, Provisioning) else None
 
 
 @require_role(Role.OWNER)
@@ -121,6 +164,7 @@ _KPI_TITLES = {
     "promise_to_pay_rate": "Promise-to-pay rate",
     "kept_promise_rate": "Kept-promise rate",
     "cost_per_promise_usd": "Cost per promise",
+    "cost_per_promised_dollar_usd": "Cost per dollar promised",
     "fallback_tts_cost_share": "Fallback TTS share (of TTS cost)",
 }
 
@@ -158,6 +202,13 @@ def _tiles(kpis: list[Kpi]) -> str:
     return "".join(out)
 
 
+def _declared(declared_usd: float, total_usd: float) -> str:
+    """The share of a day's cost that rests on declared figures, marked when there is one."""
+    if declared_usd <= 0 or total_usd <= 0:
+        return "<td>–</td>"
+    return f'<td class="declared">{declared_usd / total_usd:.0%} declared</td>'
+
+
 def _cost_table(result: Figures) -> str:
     names = components(result.cost)
     head = "".join(f"<th>{html.escape(n)} $/min</th>" for n in names)
@@ -168,16 +219,83 @@ def _cost_table(result: Figures) -> str:
         rows.append(
             f"<tr{' class=over' if over else ''}><td>{day.day.isoformat()}</td>"
             f"<td>{day.calls}</td><td>{day.minutes:.1f}</td><td>${day.cost_usd:.4f}</td>"
-            f"<td>{_num(day.usd_per_minute, prefix='$')}</td>{cells}"
+            f"<td>{_num(day.usd_per_minute, prefix='$')}</td>"
+            f"{_declared(day.declared_usd, day.cost_usd)}"
+            f"<td>{_num(day.provisioned_usd_per_minute, prefix='$')}</td>{cells}"
             f"<td>{_num(None if day.fallback_share is None else 100 * day.fallback_share, 1)}"
-            "</td></tr>"
+            f"</td><td>{_num(day.worker_cpu_s_per_call, 2)}</td></tr>"
         )
     if not rows:
-        rows.append(f'<tr><td colspan="{6 + len(names)}">No ended calls in the range.</td></tr>')
+        rows.append(f'<tr><td colspan="{9 + len(names)}">No ended calls in the range.</td></tr>')
     return (
         "<table><thead><tr><th>day</th><th>calls</th><th>minutes</th><th>cost</th>"
-        f"<th>$/min</th>{head}<th>fallback % of TTS</th></tr></thead>"
+        "<th>attributed $/min</th><th>basis</th><th>provisioned $/min</th>"
+        f"{head}<th>fallback % of TTS</th>"
+        f"<th>worker CPU s/call</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _owner_cost(result: Figures) -> str:
+    """The range's two costs per minute, and what the provisioned one stands on."""
+    declared = result.declared_share
+    marked = (
+        f' <span class="declared">{declared:.0%} of the attributed cost rests on declared '
+        "figures (a throughput the price book states, not one measured here).</span>"
+        if declared
+        else ""
+    )
+    if result.profile is None:
+        provisioned = "provisioned cost not known (no deployment profile given)"
+    else:
+        provisioned = (
+            f"provisioned {_num(result.provisioned_usd_per_minute, prefix='$')}/min (profile "
+            f"{html.escape(result.profile)}: its compute all day, idle included, plus the line "
+            "and the fallback TTS, on the days with calls)"
+        )
+    return (
+        f'<p class="note" id="owner-cost">Over the range: attributed '
+        f"{_num(result.usd_per_minute, prefix='$')}/min (each call's use at the price book's "
+        f"unit prices), {provisioned}.{marked}</p>"
+    )
+
+
+def _utilization_table(result: Figures) -> str:
+    if result.profile is None:
+        return ""
+    head = "".join(f"<th>{html.escape(stage)}</th>" for stage in UTILIZED)
+    rows = [
+        f"<tr><td>{d.day.isoformat()}</td>"
+        + "".join(f"<td>{_percent(d.utilization.get(stage))}</td>" for stage in UTILIZED)
+        + "</tr>"
+        for d in result.cost
+    ] or [f'<tr><td colspan="{1 + len(UTILIZED)}">No ended calls in the range.</td></tr>']
+    return (
+        "<h2>Utilization (% of the provisioned device time the servers reported busy)</h2>"
+        f'<table id="utilization"><thead><tr><th>day</th>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _percent(value: float | None) -> str:
+    return _num(None if value is None else 100 * value, 2)
+
+
+def _forecast(result: Figures) -> str:
+    f = result.forecast
+    if f is None:
+        return ""
+    if f.expected_minutes is None:
+        detail = "no outbound call ended in the range to measure from."
+    else:
+        detail = (
+            f"{100 * (f.connect_rate or 0):.0f}% connect, {f.minutes_per_connect or 0:.2f} min "
+            f"each: {f.expected_minutes:.0f} connected minutes, "
+            f"{_num(f.attributed_usd, 2, '$')} attributed, "
+            f"{_num(f.provisioned_usd, 2, '$')} provisioned."
+        )
+    return (
+        f'<p class="note" id="forecast">Forecast, a campaign dialling {f.accounts} accounts at '
+        f"this range's rates: {detail}</p>"
     )
 
 
@@ -232,6 +350,7 @@ def render(result: Figures, nonce: str, planned: object = None) -> str:
 .dashboard table{{width:auto;margin:.5rem 0 1.5rem}}
 .dashboard td,.dashboard th{{border:1px solid #ccc;padding:.2rem .5rem;text-align:right}}
 .dashboard tr.over td{{background:#fde8e8}}
+.declared{{font-style:italic;color:#8a5a00}}
 .tiles{{display:flex;flex-wrap:wrap;gap:1rem}}
 .tile{{border:1px solid #ccc;border-radius:.4rem;padding:.5rem 1rem;min-width:12rem}}
 .tile .value{{font-size:1.6rem;margin:.2rem 0}}
@@ -243,13 +362,18 @@ def render(result: Figures, nonce: str, planned: object = None) -> str:
 <form method="get" action="/console/dashboard">
 <label>From <input type="date" name="from" value="{result.start.isoformat()}"></label>
 <label>To <input type="date" name="to" value="{result.end.isoformat()}"></label>
+<label>Forecast accounts <input type="number" min="0" name="accounts" \
+value="{result.forecast.accounts if result.forecast else DEFAULT_ACCOUNTS}"></label>
 <button type="submit">Show</button> <span>{html.escape(span)}</span>
 </form>
 <h2>Collection</h2>
-<div class="tiles">{_tiles(result.kpis)}</div>
+<div class="tiles">{_tiles(result.kpis + result.owner_kpis)}</div>
 <h2>Cost per minute (target ${result.target_usd_per_minute:.4f}/min)</h2>
+{_owner_cost(result)}
 <div class="chart"><canvas id="cost-chart" aria-label="cost per minute by day"></canvas></div>
 {_cost_table(result)}
+{_forecast(result)}
+{_utilization_table(result)}
 <h2>Fallback TTS share by day</h2>
 <div class="chart"><canvas id="fallback-chart" aria-label="fallback TTS share by day"></canvas>
 </div>
@@ -286,7 +410,10 @@ _CHARTS_JS = """
       datasets: f.components.map((name, i) => ({
         label: name + " $/min", data: f.cost.map(d => d.by_component[name]),
         backgroundColor: colours[i % colours.length], stack: "cost"
-      })).concat([target("target $" + f.target_usd_per_minute + "/min",
+      })).concat([{type: "line", label: "provisioned $/min", stack: "provisioned",
+                   data: f.cost.map(d => d.provisioned_usd_per_minute), borderColor: "#333",
+                   fill: false},
+                  target("target $" + f.target_usd_per_minute + "/min",
                          f.target_usd_per_minute, days.length)])
     },
     options: {maintainAspectRatio: false,

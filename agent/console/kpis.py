@@ -1,5 +1,10 @@
 """The dashboard's figures: cost per minute, latency percentiles, fallback share, collection KPIs.
 
+Cost is shown two ways (docs/pricing.md): *attributed*, the calls' cost lines (each call's
+use at the book's unit prices), and *provisioned*, what the deployment's compute cost that
+day whether used or idle, plus the metered lines, over the day's connected minutes. A day's
+utilization per stage is the compute the servers reported over the device time provisioned.
+
 Pure functions of the database (SQLAlchemy 2, the same on SQLite and
 PostgreSQL) over a range of UTC days, inclusive at both ends. A call belongs to
 the day it started (``calls.started_at``, UTC), and so do its turns, cost lines
@@ -12,6 +17,7 @@ PostgreSQL's ``percentile_cont`` or a rollup table. See docs/dashboard.md.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from collections import defaultdict
@@ -23,7 +29,9 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from agent.ledger.latency import DEFINITION, RESPONSE_TARGET_MS, VOICE_TO_VOICE_TARGET_MS
+from agent.ledger.pricebook import SELF_HOSTED_STAGES, WORKER, PriceBook
 from agent.ledger.quantiles import percentile
+from agent.ledger.throughput import DECLARED
 from agent.store.tables import Call, CostLine, Promise, PromiseStatus, Turn
 
 #: Who was reached when no person answered (``calls.party``); None is unknown, not a person.
@@ -31,6 +39,30 @@ NOT_A_PERSON = frozenset({"voicemail", "no_answer", "busy", "fax", "machine"})
 RIGHT_PARTY = "right_party"
 FALLBACK = "tts_fallback"
 TTS = "tts"
+#: Components billed by the vendor per unit used: paid as used, never provisioned.
+METERED = ("telephony", FALLBACK)
+#: The campaign the forecast is for when none is named (accounts dialled once each).
+DEFAULT_ACCOUNTS = 1000
+#: The stages whose utilization is shown: the models' and the worker's.
+UTILIZED = (*SELF_HOSTED_STAGES, WORKER)
+
+
+@dataclass(frozen=True)
+class Provisioning:
+    """What the running deployment profile provisions a day (the price book's figures)."""
+
+    profile: str
+    usd_per_day: float
+    #: Device seconds a day per stage (the worker: CPU seconds).
+    seconds_per_day: dict[str, float]
+
+    @classmethod
+    def of(cls, book: PriceBook, profile: str) -> Provisioning:
+        return cls(
+            profile,
+            book.provisioned_usd_per_day(profile),
+            {stage: book.provisioned_seconds_per_day(profile, stage) for stage in UTILIZED},
+        )
 
 
 @dataclass(frozen=True)
@@ -57,6 +89,15 @@ class DayCost:
     by_component: dict[str, float | None] = field(default_factory=dict)
     #: tts_fallback cost over all TTS cost that day; None without TTS cost.
     fallback_share: float | None = None
+    #: The part of ``cost_usd`` whose unit prices rest on declared figures.
+    declared_usd: float = 0.0
+    #: What the day really cost: provisioned compute plus the metered lines (None: unknown).
+    provisioned_usd: float | None = None
+    provisioned_usd_per_minute: float | None = None
+    #: Per stage, reported compute over provisioned device time (None: nothing to divide).
+    utilization: dict[str, float | None] = field(default_factory=dict)
+    #: The worker's CPU seconds per call (None: no call measured it).
+    worker_cpu_s_per_call: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,11 +127,32 @@ class Figures:
     #: definition only.
     response_p95_ms: float | None = None
 
+    #: The deployment profile the provisioned figures are for (None: not known).
+    profile: str | None = None
+    forecast: Forecast | None = None
+    #: What the owner pays per result: cost per dollar promised.
+    owner_kpis: list[Kpi] = field(default_factory=list)
+
+    @property
+    def minutes(self) -> float:
+        return sum(d.minutes for d in self.cost)
+
     @property
     def usd_per_minute(self) -> float | None:
-        """The range's cost per connected minute."""
-        minutes = sum(d.minutes for d in self.cost)
-        return sum(d.cost_usd for d in self.cost) / minutes if minutes else None
+        """The range's attributed cost per connected minute."""
+        return _ratio(sum(d.cost_usd for d in self.cost), self.minutes)
+
+    @property
+    def provisioned_usd_per_minute(self) -> float | None:
+        """The range's provisioned cost per connected minute (days with calls)."""
+        if any(d.provisioned_usd is None for d in self.cost):
+            return None
+        return _ratio(math.fsum(d.provisioned_usd or 0.0 for d in self.cost), self.minutes)
+
+    @property
+    def declared_share(self) -> float | None:
+        """The share of the range's attributed cost that rests on declared figures."""
+        return _ratio(sum(d.declared_usd for d in self.cost), sum(d.cost_usd for d in self.cost))
 
     def to_json(self) -> dict[str, Any]:
         def plain(value: Any) -> Any:
@@ -103,7 +165,24 @@ class Figures:
             return value
 
         result: dict[str, Any] = plain(asdict(self))
+        result["usd_per_minute"] = self.usd_per_minute
+        result["provisioned_usd_per_minute"] = self.provisioned_usd_per_minute
+        result["declared_share"] = self.declared_share
         return result
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """What a campaign of ``accounts`` would cost at the range's measured rates."""
+
+    accounts: int
+    #: Calls that connected (a duration over zero) per call placed, over the range.
+    connect_rate: float | None
+    #: Mean connected minutes of a connected call.
+    minutes_per_connect: float | None
+    expected_minutes: float | None
+    attributed_usd: float | None
+    provisioned_usd: float | None
 
 
 def _bounds(start: dt.date, end: dt.date) -> tuple[dt.datetime, dt.datetime]:
@@ -127,11 +206,15 @@ def _percentile(values: Sequence[float], q: float) -> float | None:
     return percentile(values, q) if values else None
 
 
-def cost_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayCost]:
+def cost_by_day(
+    engine: Engine, start: dt.date, end: dt.date, provisioning: Provisioning | None = None
+) -> list[DayCost]:
     """Total cost over total connected minutes for each day with calls, and each component's.
 
     Minutes are ``calls.duration_s``; cost is the sum of the calls' cost lines (so the
     components add up to the total). Calls without a duration (still active) are left out.
+    With ``provisioning``, each day also gets what the deployment cost it and its
+    utilization (a day with no call is not shown, and its idle cost not counted).
     """
     with Session(engine) as session:
         calls = session.execute(
@@ -140,7 +223,13 @@ def cost_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayCost]:
             )
         ).all()
         lines = session.execute(
-            select(CostLine.call_id, CostLine.component, CostLine.amount_usd)
+            select(
+                CostLine.call_id,
+                CostLine.component,
+                CostLine.amount_usd,
+                CostLine.basis,
+                CostLine.compute_s,
+            )
             .join(Call, Call.id == CostLine.call_id)
             .where(_in_range(start, end), Call.duration_s.is_not(None))
         ).all()
@@ -151,13 +240,22 @@ def cost_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayCost]:
         seconds[day_of[row.id]] += row.duration_s or 0.0
         count[day_of[row.id]] += 1
     amounts: dict[dt.date, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    declared: dict[dt.date, list[float]] = defaultdict(list)
+    compute: dict[dt.date, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in lines:
-        amounts[day_of[line.call_id]][line.component].append(line.amount_usd)
+        day = day_of[line.call_id]
+        amounts[day][line.component].append(line.amount_usd)
+        if line.basis == DECLARED:
+            declared[day].append(line.amount_usd)
+        if line.compute_s is not None:
+            compute[day][line.component].append(line.compute_s)
     result = []
     for day in sorted(count):
         minutes = seconds[day] / 60.0
         components = {name: math.fsum(values) for name, values in amounts[day].items()}
         total = math.fsum(components.values())
+        used = {name: math.fsum(values) for name, values in compute[day].items()}
+        provisioned, utilization = _provisioned(provisioning, components, used)
         result.append(
             DayCost(
                 day=day,
@@ -172,9 +270,30 @@ def cost_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayCost]:
                     components.get(FALLBACK, 0.0),
                     components.get(TTS, 0.0) + components.get(FALLBACK, 0.0),
                 ),
+                declared_usd=math.fsum(declared[day]),
+                provisioned_usd=provisioned,
+                provisioned_usd_per_minute=None
+                if provisioned is None
+                else _ratio(provisioned, minutes),
+                utilization=utilization,
+                worker_cpu_s_per_call=_ratio(used[WORKER], count[day]) if WORKER in used else None,
             )
         )
     return result
+
+
+def _provisioned(
+    provisioning: Provisioning | None, components: dict[str, float], used: dict[str, float]
+) -> tuple[float | None, dict[str, float | None]]:
+    """A day's provisioned cost (compute plus the metered lines) and utilization per stage."""
+    if provisioning is None:
+        return None, {}
+    metered = math.fsum(components.get(name, 0.0) for name in METERED)
+    utilization = {
+        stage: _ratio(used[stage], provisioning.seconds_per_day[stage]) if stage in used else None
+        for stage in UTILIZED
+    }
+    return provisioning.usd_per_day + metered, utilization
 
 
 def latency_by_day(engine: Engine, start: dt.date, end: dt.date) -> list[DayLatency]:
@@ -309,20 +428,93 @@ def collection_kpis(engine: Engine, start: dt.date, end: dt.date) -> list[Kpi]:
     return kpis
 
 
-def figures(engine: Engine, start: dt.date, end: dt.date, target_usd_per_minute: float) -> Figures:
-    """All of the dashboard's figures for ``start`` to ``end`` (UTC days, inclusive)."""
+def promised_dollar_kpi(engine: Engine, start: dt.date, end: dt.date) -> Kpi:
+    """The range's attributed cost per dollar promised on its calls."""
+    with Session(engine) as session:
+        cents = session.execute(
+            select(Promise.amount_cents)
+            .join(Call, Call.id == Promise.call_id)
+            .where(_in_range(start, end))
+        ).scalars()
+        dollars = sum(cents) / 100.0
+        cost = math.fsum(
+            session.execute(
+                select(CostLine.amount_usd)
+                .join(Call, Call.id == CostLine.call_id)
+                .where(_in_range(start, end))
+            ).scalars()
+        )
+    return Kpi(
+        "cost_per_promised_dollar_usd",
+        cost,
+        dollars,
+        _ratio(cost, dollars),
+        None if dollars else "no amount promised in the range",
+    )
+
+
+def forecast(
+    engine: Engine, start: dt.date, end: dt.date, accounts: int, figures: Figures
+) -> Forecast:
+    """A campaign dialling ``accounts`` once each, at the range's connect rate, minutes per
+    connected call and $/min (attributed and provisioned)."""
+    if accounts < 0:
+        raise ValueError(f"accounts must not be negative, got {accounts}")
+    with Session(engine) as session:
+        durations = (
+            session.execute(
+                select(Call.duration_s).where(
+                    _in_range(start, end),
+                    Call.direction == "outbound",
+                    Call.duration_s.is_not(None),
+                )
+            )
+            .scalars()
+            .all()
+        )
+    connected = [d / 60.0 for d in durations if d and d > 0]
+    rate = _ratio(len(connected), len(durations))
+    per_connect = _ratio(math.fsum(connected), len(connected))
+    minutes = None if rate is None or per_connect is None else accounts * rate * per_connect
+
+    def at(usd_per_minute: float | None) -> float | None:
+        return None if minutes is None or usd_per_minute is None else minutes * usd_per_minute
+
+    return Forecast(
+        accounts,
+        rate,
+        per_connect,
+        minutes,
+        at(figures.usd_per_minute),
+        at(figures.provisioned_usd_per_minute),
+    )
+
+
+def figures(
+    engine: Engine,
+    start: dt.date,
+    end: dt.date,
+    target_usd_per_minute: float,
+    provisioning: Provisioning | None = None,
+    accounts: int = DEFAULT_ACCOUNTS,
+) -> Figures:
+    """All of the dashboard's figures for ``start`` to ``end`` (UTC days, inclusive), with
+    the forecast of a campaign dialling ``accounts``."""
     _bounds(start, end)
-    return Figures(
+    result = Figures(
         start=start,
         end=end,
         target_usd_per_minute=target_usd_per_minute,
         latency_target_ms=RESPONSE_TARGET_MS,
         voice_to_voice_target_ms=VOICE_TO_VOICE_TARGET_MS,
-        cost=cost_by_day(engine, start, end),
+        cost=cost_by_day(engine, start, end, provisioning),
         latency=latency_by_day(engine, start, end),
         kpis=[*collection_kpis(engine, start, end), fallback_share(engine, start, end)],
         response_p95_ms=response_percentile(engine, start, end, 0.95),
+        profile=provisioning.profile if provisioning is not None else None,
+        owner_kpis=[promised_dollar_kpi(engine, start, end)],
     )
+    return dataclasses.replace(result, forecast=forecast(engine, start, end, accounts, result))
 
 
 def response_percentile(engine: Engine, start: dt.date, end: dt.date, q: float) -> float | None:
@@ -342,6 +534,6 @@ def response_percentile(engine: Engine, start: dt.date, end: dt.date, q: float) 
 
 def components(days: Iterable[DayCost]) -> list[str]:
     """The cost components seen on any of ``days``, in a stable order."""
-    order = ["telephony", "stt", "llm", "tts", "tts_fallback"]
+    order = ["telephony", "stt", "llm", "tts", "tts_fallback", WORKER]
     seen = {name for day in days for name in day.by_component}
     return [n for n in order if n in seen] + sorted(seen - set(order))

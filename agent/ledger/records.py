@@ -85,6 +85,7 @@ class TurnRecord:
     voice_to_voice_ms: float | None = None
     stt_audio_s: float | None = None
     llm_prompt_tokens: int | None = None
+    llm_cached_tokens: int | None = None
     llm_completion_tokens: int | None = None
     tts_characters: int | None = None
     latency_definition: int = DEFINITION

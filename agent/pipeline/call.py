@@ -63,7 +63,8 @@ from agent.config import Settings
 from agent.conversation.policy import ConversationPolicy
 from agent.conversation.prompts import PromptSet
 from agent.conversation.replies import PolicyEvent
-from agent.ledger.pricebook import CallCost, CallUsage, PriceBook, price_call
+from agent.ledger.cpu import WORKER_CPU
+from agent.ledger.pricebook import CallCost, PriceBook, price_call
 from agent.ledger.records import (
     CallEnded,
     CallEventRecord,
@@ -589,6 +590,7 @@ class Call:
         self._worker, ledger = self._build(analyzer)
         started_at = datetime.now(UTC)
         t0 = self._clock()
+        WORKER_CPU.started(self.id)
         ctx.writer.submit(
             CallStarted(
                 call_id=self.id,
@@ -659,14 +661,11 @@ class Call:
         return CallSummary(self.id, duration, self._end_reason, list(ledger.records), cost)
 
     def _price(self, ledger: TurnLedger, duration: float) -> CallCost:
-        usage = CallUsage(
-            transport=self._transport_name,
-            duration_s=duration,
-            stt_audio_s=ledger.totals.stt_audio_s,
-            llm_prompt_tokens=ledger.totals.llm_prompt_tokens,
-            llm_completion_tokens=ledger.totals.llm_completion_tokens,
-            tts_characters=ledger.totals.tts_characters,
+        usage = ledger.totals.priced_as(
+            self._transport_name,
+            duration,
             fallback_tts_characters=self._router.fallback_characters if self._router else 0,
+            worker_cpu_s=WORKER_CPU.ended(self.id),
         )
         return price_call(self._ctx.price_book, self._ctx.settings.price_profile, usage)
 

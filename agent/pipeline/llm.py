@@ -34,12 +34,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import openai
+from openai.types import CompletionUsage
 from pipecat.adapters.llm.schemas.tools_schema import ToolsSchema
+from pipecat.metrics.metrics import LLMTokenUsage
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.services.openai.llm import OpenAILLMService
 
 from agent.conversation.replies import PolicyEvent
 from agent.pipeline.http_pools import ServiceSessions
+from agent.pipeline.usage import report_compute, reported_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +93,8 @@ class ChatCompletionsLLMService(OpenAILLMService):
         self.prefetch_hits = self.prefetch_misses = 0
         #: Set at the call's end: no request is sent ahead from then on.
         self._closed = False
+        #: The model time our server reported with the last usage (None: not reported).
+        self._compute_s: float | None = None
         super().__init__(
             api_key=api_key,
             base_url=base_url,
@@ -115,6 +120,16 @@ class ChatCompletionsLLMService(OpenAILLMService):
         **kwargs: Any,
     ) -> Any:
         return self._sessions.openai_client(base_url=base_url, api_key=api_key)
+
+    def _token_usage(self, usage: CompletionUsage) -> LLMTokenUsage:
+        # Our server adds its model time to OpenAI's usage; a third-party one does not.
+        self._compute_s = reported_seconds(usage.model_extra or {})
+        return super()._token_usage(usage)
+
+    async def start_llm_usage_metrics(self, tokens: LLMTokenUsage) -> None:
+        await super().start_llm_usage_metrics(tokens)
+        compute_s, self._compute_s = self._compute_s, None
+        await report_compute(self, "llm", compute_s)
 
     def prefetch(self, context: LLMContext) -> None:
         """Send ``context``'s request now, in place of any sent before: the turn's own

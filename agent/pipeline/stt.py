@@ -56,6 +56,7 @@ from pipecat.utils.time import time_now_iso8601
 
 from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.replies import PolicyEvent
+from agent.pipeline.usage import report_compute, reported_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -288,6 +289,7 @@ class StreamingSTTService(STTService):
         seconds = float(event.get("audio_seconds") or 0.0)
         if seconds:
             await self.start_stt_usage_metrics(STTUsage(audio_seconds=seconds))
+        await report_compute(self, "stt", reported_seconds(event))
         # C11: card digits never go further than this, not to the LLM, the store or a log.
         text, _ = redact_card_numbers((event.get("text") or "").strip())
         turn = event.get("turn")

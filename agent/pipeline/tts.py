@@ -16,7 +16,8 @@ followed.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncGenerator
+import math
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import aiohttp
@@ -29,14 +30,23 @@ from pipecat.frames.frames import (
     TTSSpeakFrame,
     TTSStoppedFrame,
 )
+from pipecat.metrics.metrics import MetricsData
 from pipecat.processors.frame_processor import FrameDirection
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TextAggregationMode, TTSService
 from pipecat.utils.context.word_timestamp_tracker import WordTimestamp
 
 from agent.pipeline.playout import EPOCH, TAG, Piece, PlayedFrame, Playout
+from agent.pipeline.usage import (
+    ComputeUsageMetricsData,
+    TTSAudioUsageMetricsData,
+    report_usage,
+)
 
 logger = logging.getLogger(__name__)
+
+#: The header our TTS server says its time for a request in (infra/tts_server.py).
+REAL_TIME_FACTOR = "X-Real-Time-Factor"
 
 
 class StreamingTTSService(TTSService):
@@ -107,9 +117,18 @@ class StreamingTTSService(TTSService):
         elif context_id:
             self._open_context = context_id
             if isinstance(frame, TTSAudioRawFrame) and self._piece is not None:
-                channels = max(frame.num_channels, 1)
-                self._piece.audio_s += len(frame.audio) / (2 * frame.sample_rate * channels)
+                self._piece.audio_s += _seconds(frame)
         await super().append_to_audio_context(context_id, frame)
+
+    async def _report_audio(self, seconds: float, headers: Mapping[str, str]) -> None:
+        """The request's audio seconds and, from the server's real-time factor, its time."""
+        data: list[MetricsData] = [TTSAudioUsageMetricsData(processor=self.name, value=seconds)]
+        rtf = _real_time_factor(headers.get(REAL_TIME_FACTOR))
+        if rtf is not None:
+            data.append(
+                ComputeUsageMetricsData(processor=self.name, stage="tts", value=rtf * seconds)
+            )
+        await report_usage(self, *data)
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame | None, None]:
         body = {"text": text, "sample_rate": self.sample_rate}
@@ -122,14 +141,31 @@ class StreamingTTSService(TTSService):
                     return
                 await self.start_tts_usage_metrics(text)
                 rate = int(response.headers.get("X-Sample-Rate", self.sample_rate))
+                audio_s = 0.0
                 async for frame in self._stream_audio_frames_from_iterator(
                     response.content.iter_chunked(self.chunk_size),
                     in_sample_rate=rate,
                     context_id=context_id,
                 ):
                     await self.stop_ttfb_metrics()
+                    if isinstance(frame, TTSAudioRawFrame):
+                        audio_s += _seconds(frame)
                     yield frame
+                await self._report_audio(audio_s, response.headers)
         except aiohttp.ClientError as e:
             logger.warning("TTS request failed: %s", e)
             yield ErrorFrame(error=f"TTS server unreachable: {e}")
             yield TTSStoppedFrame(context_id=context_id)
+
+
+def _real_time_factor(header: str | None) -> float | None:
+    """The server's ``X-Real-Time-Factor`` (compute seconds per audio second), if sane."""
+    try:
+        value = float(header) if header is not None else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _seconds(frame: TTSAudioRawFrame) -> float:
+    return len(frame.audio) / (2 * frame.sample_rate * max(frame.num_channels, 1))

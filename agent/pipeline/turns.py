@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
 from pipecat.frames.frames import (
@@ -58,8 +58,10 @@ from pipecat.metrics.metrics import (
 from pipecat.observers.base_observer import BaseObserver, FramePushed
 from pipecat.processors.frame_processor import FrameProcessor
 
+from agent.ledger.pricebook import CallUsage
 from agent.ledger.records import TurnRecord
 from agent.pipeline.playout import Playout
+from agent.pipeline.usage import ComputeUsageMetricsData, TTSAudioUsageMetricsData
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +70,34 @@ NS = 1_000_000_000
 
 @dataclass
 class CallUsageTotals:
-    """What the call consumed, summed over its turns, for the cost ledger."""
+    """What the call's model requests consumed, for the cost ledger (greeting included)."""
 
     stt_audio_s: float = 0.0
+    stt_compute_s: float = 0.0
     llm_prompt_tokens: int = 0
+    llm_cached_tokens: int = 0
     llm_completion_tokens: int = 0
+    llm_compute_s: float = 0.0
     tts_characters: int = 0
+    tts_audio_s: float = 0.0
+    tts_compute_s: float = 0.0
+
+    def priced_as(
+        self,
+        transport: str,
+        duration_s: float,
+        *,
+        fallback_tts_characters: int = 0,
+        worker_cpu_s: float = 0.0,
+    ) -> CallUsage:
+        """The call's usage as the price book takes it."""
+        return CallUsage(
+            transport=transport,
+            duration_s=duration_s,
+            fallback_tts_characters=fallback_tts_characters,
+            worker_cpu_s=worker_cpu_s,
+            **asdict(self),
+        )
 
 
 @dataclass
@@ -98,6 +122,7 @@ class _Turn:
     heard_from: int | None = None
     stt_audio_s: float = 0.0
     llm_prompt_tokens: int | None = None
+    llm_cached_tokens: int | None = None
     llm_completion_tokens: int | None = None
     tts_characters: int | None = None
 
@@ -257,22 +282,29 @@ class TurnLedger(BaseObserver):
             turn.vad_stopped, turn.stop_secs = self._vad_stopped
 
     def _count_usage(self, frame: MetricsFrame) -> None:
-        turn = self._turn
+        turn, totals = self._turn, self.totals
         for item in frame.data:
             if isinstance(item, STTUsageMetricsData):
-                self.totals.stt_audio_s += item.value.audio_seconds
+                totals.stt_audio_s += item.value.audio_seconds
                 if turn:
                     turn.stt_audio_s += item.value.audio_seconds
             elif isinstance(item, LLMUsageMetricsData):
-                self.totals.llm_prompt_tokens += item.value.prompt_tokens
-                self.totals.llm_completion_tokens += item.value.completion_tokens
+                tokens = item.value
+                cached = tokens.cache_read_input_tokens or 0
+                totals.llm_prompt_tokens += tokens.prompt_tokens
+                totals.llm_cached_tokens += cached
+                totals.llm_completion_tokens += tokens.completion_tokens
                 if turn:
-                    turn.llm_prompt_tokens = (turn.llm_prompt_tokens or 0) + (
-                        item.value.prompt_tokens
-                    )
-                    turn.llm_completion_tokens = (turn.llm_completion_tokens or 0) + (
-                        item.value.completion_tokens
-                    )
+                    turn.llm_prompt_tokens = (turn.llm_prompt_tokens or 0) + tokens.prompt_tokens
+                    turn.llm_cached_tokens = (turn.llm_cached_tokens or 0) + cached
+                    turn.llm_completion_tokens = (
+                        turn.llm_completion_tokens or 0
+                    ) + tokens.completion_tokens
+            elif isinstance(item, ComputeUsageMetricsData):
+                name = f"{item.stage}_compute_s"
+                setattr(totals, name, getattr(totals, name) + item.value)
+            elif isinstance(item, TTSAudioUsageMetricsData):
+                totals.tts_audio_s += item.value
             elif isinstance(item, TTSUsageMetricsData):
                 self.totals.tts_characters += item.value
                 if turn:
@@ -307,6 +339,7 @@ class TurnLedger(BaseObserver):
             voice_to_voice_ms=_ms(turn.last_voiced, turn.first_audio_out),
             stt_audio_s=turn.stt_audio_s or None,
             llm_prompt_tokens=turn.llm_prompt_tokens,
+            llm_cached_tokens=turn.llm_cached_tokens,
             llm_completion_tokens=turn.llm_completion_tokens,
             tts_characters=turn.tts_characters,
         )

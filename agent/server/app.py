@@ -61,6 +61,7 @@ from agent.console.audit import audit
 from agent.console.auth import Roles, setup_auth
 from agent.console.context import current_user
 from agent.console.dashboard import add_dashboard
+from agent.console.kpis import Provisioning
 from agent.console.live import add_live_calls
 from agent.console.pages import add_console_pages
 from agent.console.recordings import add_recording_routes
@@ -566,7 +567,11 @@ def make_app(ctx: CallContext) -> web.Application:
     app[CALLS] = LiveCalls(capacity=ctx.settings.max_calls)
     app[CAMPAIGNS] = {}
     setup_auth(app, ctx.engine, secure_cookies=ctx.settings.secure_cookies)
-    add_dashboard(app, ctx.price_book.target_usd_per_minute)
+    add_dashboard(
+        app,
+        ctx.price_book.target_usd_per_minute,
+        Provisioning.of(ctx.price_book, ctx.settings.price_profile),
+    )
     add_metrics(app)
     add_console_pages(app)
     add_api(app)

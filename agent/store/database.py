@@ -431,6 +431,8 @@ class StoreWriter:
                 unit_price_usd=line.unit_price_usd,
                 amount_usd=line.amount_usd,
                 price_book_version=cost.price_book_version,
+                basis=line.basis,
+                compute_s=line.compute_s,
             )
             for line in cost.lines
         )

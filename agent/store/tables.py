@@ -271,6 +271,8 @@ class Turn(Base):
 
     stt_audio_s: Mapped[float | None] = mapped_column(Float)
     llm_prompt_tokens: Mapped[int | None] = mapped_column(Integer)
+    #: Of ``llm_prompt_tokens``, those the server found in its prefix cache (None: not known).
+    llm_cached_tokens: Mapped[int | None] = mapped_column(Integer)
     llm_completion_tokens: Mapped[int | None] = mapped_column(Integer)
     tts_characters: Mapped[int | None] = mapped_column(Integer)
 
@@ -295,6 +297,11 @@ class CostLine(Base):
     unit_price_usd: Mapped[float] = mapped_column(Float)
     amount_usd: Mapped[float] = mapped_column(Float)
     price_book_version: Mapped[str] = mapped_column(String(32))
+    #: ``measured`` or ``declared`` (agent.ledger.throughput): what the unit price rests on;
+    #: lines priced before the basis was kept read ``declared`` (the server default).
+    basis: Mapped[str] = mapped_column(String(16), server_default="declared")
+    #: Device seconds the servers reported for this line's work (the dashboard's utilization).
+    compute_s: Mapped[float | None] = mapped_column(Float)
 
     call: Mapped[Call] = relationship(back_populates="cost_lines")
 
