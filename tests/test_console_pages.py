@@ -22,8 +22,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.console.calls import CallFilter, find_calls
 from agent.console.context import CLOCK
-from agent.console.pages import CallFilter, find_calls
 from agent.console.users import Users
 from agent.runtime.context import AgentRuntime
 from agent.server.app import make_app

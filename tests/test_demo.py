@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, selectinload
 
 from agent.config import Settings
-from agent.console.pages import load_queues
+from agent.console.calls import load_queues
 from agent.conversation.account import Account
 from agent.conversation.prompts import PromptSet
 from agent.conversation.scenarios import builtin_scenarios

@@ -50,16 +50,16 @@ from sqlalchemy import (
 )
 
 from agent.console.auth import setup_auth
-from agent.console.pages import (
+from agent.console.calls import (
     PAGE_SIZE,
     CallFilter,
-    add_console_pages,
     call_query,
     debts_query,
     encode_cursor,
     look_up,
     numbers_query,
 )
+from agent.console.pages import add_console_pages
 from agent.console.users import Users
 from agent.ledger.quantiles import percentile
 from agent.store.database import check_database, create_engine_for, upgrade
@@ -436,7 +436,7 @@ def report(result: BenchResult, command: str) -> str:
             "disposition, campaign, number or event kind) and the list's query as it was: the "
             "number read through the call's contact attempt (so an inbound caller is not found: "
             "*calls shown (before: n)*), the number and the name checked in the one query. "
-            "*after*: the current schema and `agent.console.pages.find_calls`. Both in the same "
+            "*after*: the current schema and `agent.console.calls.find_calls`. Both in the same "
             "run, on the same data. "
             f"Milliseconds. The machine's load average (1 min) was {result.load[0]:.1f} when "
             f"the timing started and {result.load[1]:.1f} when it ended.",

@@ -33,7 +33,7 @@ from sqlalchemy.pool import NullPool
 from sqlalchemy.schema import CreateIndex
 
 from agent.console import pages
-from agent.console.pages import (
+from agent.console.calls import (
     PAGE_SIZE,
     CallFilter,
     CallRow,

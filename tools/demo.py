@@ -497,7 +497,7 @@ def settle_promises(
 
 
 def _queues(made: Sequence[MadeCall], today: dt.date) -> dict[str, int]:
-    """What the console's queues hold of these calls (agent/console/pages.py's rules)."""
+    """What the console's queues hold of these calls (agent/console/calls.py's rules)."""
     dispositions = Counter(m.ended.outcome.disposition for m in made if m.ended.outcome)
     last_call: dict[int | None, dt.datetime] = {}
     for m in made:

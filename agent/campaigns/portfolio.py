@@ -192,9 +192,6 @@ def import_portfolio(engine: Engine, path: str | Path) -> ImportReport:
     return report
 
 
-# -- reading -----------------------------------------------------------------
-
-
 # -- validating --------------------------------------------------------------
 
 
@@ -218,22 +215,8 @@ def _validate(line: int, raw: Mapping[str, str], reasons: list[str]) -> _Row | N
     creditor = text("creditor")
     attorney_name = text("attorney_name", required=False) or None
 
-    date_of_birth = _date(raw.get("date_of_birth", ""), "date_of_birth", reasons)
-    if date_of_birth is not None and date_of_birth >= dt.date.today():
-        reasons.append(f"date_of_birth {date_of_birth} is not in the past")
-    last4 = raw.get("account_last4", "") or None
-    if last4 is not None and not (len(last4) == 4 and last4.isdigit()):
-        reasons.append(f"account_last4 must be 4 digits, got {last4!r}")
-    if not raw.get("date_of_birth") and last4 is None:
-        reasons.append("needs date_of_birth or account_last4 to verify the consumer")
-
-    state = raw.get("state", "").upper()
-    if state not in STATES:
-        reasons.append(f"state must be a USPS two-letter code, got {raw.get('state', '')!r}")
-    time_zone = raw.get("time_zone", "")
-    if not _is_zone(time_zone):
-        reasons.append(f"time_zone {time_zone!r} is not an IANA time zone")
-
+    date_of_birth, last4 = _verification(raw, reasons)
+    state, time_zone = _place(raw, reasons)
     phones = _phones(raw.get("phones", ""), reasons)
     balance = _cents(raw.get("balance", ""), "balance", reasons)
     min_installment = _cents(raw.get("min_installment", ""), "min_installment", reasons)
@@ -241,24 +224,8 @@ def _validate(line: int, raw: Mapping[str, str], reasons: list[str]) -> _Row | N
         raw.get("statute_status", ""), "statute_status", StatuteStatus, reasons
     )
     tenant_type = _one_of(raw.get("tenant_type", ""), "tenant_type", TenantType, reasons)
-
-    max_discount_pct = None
-    try:
-        max_discount_pct = float(raw.get("max_discount_pct", ""))
-        if not 0 <= max_discount_pct <= 100:
-            reasons.append(f"max_discount_pct must be 0-100, got {max_discount_pct:g}")
-    except ValueError:
-        reasons.append(f"max_discount_pct must be a number, got {raw.get('max_discount_pct')!r}")
-
-    max_term_months = None
-    try:
-        max_term_months = int(raw.get("max_term_months", ""))
-        if max_term_months < 1:
-            reasons.append(f"max_term_months must be at least 1, got {max_term_months}")
-    except ValueError:
-        reasons.append(
-            f"max_term_months must be a whole number, got {raw.get('max_term_months')!r}"
-        )
+    max_discount_pct = _discount(raw.get("max_discount_pct", ""), reasons)
+    max_term_months = _term(raw.get("max_term_months", ""), reasons)
 
     if (
         reasons
@@ -289,6 +256,54 @@ def _validate(line: int, raw: Mapping[str, str], reasons: list[str]) -> _Row | N
         max_term_months=max_term_months,
         attorney_name=attorney_name,
     )
+
+
+def _verification(raw: Mapping[str, str], reasons: list[str]) -> tuple[dt.date | None, str | None]:
+    """The date of birth and last four the policy verifies the consumer with: one is needed."""
+    date_of_birth = _date(raw.get("date_of_birth", ""), "date_of_birth", reasons)
+    if date_of_birth is not None and date_of_birth >= dt.date.today():
+        reasons.append(f"date_of_birth {date_of_birth} is not in the past")
+    last4 = raw.get("account_last4", "") or None
+    if last4 is not None and not (len(last4) == 4 and last4.isdigit()):
+        reasons.append(f"account_last4 must be 4 digits, got {last4!r}")
+    if not raw.get("date_of_birth") and last4 is None:
+        reasons.append("needs date_of_birth or account_last4 to verify the consumer")
+    return date_of_birth, last4
+
+
+def _place(raw: Mapping[str, str], reasons: list[str]) -> tuple[str, str]:
+    """The state (its rules) and the time zone (its calling hours) the consumer lives in."""
+    state = raw.get("state", "").upper()
+    if state not in STATES:
+        reasons.append(f"state must be a USPS two-letter code, got {raw.get('state', '')!r}")
+    time_zone = raw.get("time_zone", "")
+    if not _is_zone(time_zone):
+        reasons.append(f"time_zone {time_zone!r} is not an IANA time zone")
+    return state, time_zone
+
+
+def _discount(value: str, reasons: list[str]) -> float | None:
+    """The largest discount the creditor allows, a percentage 0-100."""
+    try:
+        pct = float(value)
+    except ValueError:
+        reasons.append(f"max_discount_pct must be a number, got {value!r}")
+        return None
+    if not 0 <= pct <= 100:
+        reasons.append(f"max_discount_pct must be 0-100, got {pct:g}")
+    return pct
+
+
+def _term(value: str, reasons: list[str]) -> int | None:
+    """The longest payment plan the creditor allows, in whole months."""
+    try:
+        months = int(value)
+    except ValueError:
+        reasons.append(f"max_term_months must be a whole number, got {value!r}")
+        return None
+    if months < 1:
+        reasons.append(f"max_term_months must be at least 1, got {months}")
+    return months
 
 
 def _phones(value: str, reasons: list[str]) -> tuple[_PhoneRow, ...]:

@@ -13,7 +13,7 @@ that ``agent.console.openapi`` builds and ``GET /api/openapi.json`` serves:
 Calls are personal data (operators and owners); costs and KPIs are the
 dashboard's aggregates (owners, as ``/api/kpis``). Viewing a call is written
 to the audit log before it is sent. The data come from the console's own
-queries (``agent.console.pages``, ``agent.console.kpis``); this module only
+queries (``agent.console.calls``, ``agent.console.kpis``); this module only
 checks the input, strictly (a bad parameter is a 400 that names it, never an
 empty page or a 500), and writes JSON. See docs/console.md, "JSON API".
 """
@@ -34,11 +34,7 @@ from agent.access import Anonymous, guard
 from agent.campaigns import Ledger, masked
 from agent.console.audit import audit
 from agent.console.auth import AUTH, Handler, require_role
-from agent.console.context import ENGINE, now
-from agent.console.dashboard import MAX_DAYS, TARGET, parse_range, provisioning
-from agent.console.kpis import DayCost, components, cost_by_day, figures
-from agent.console.openapi import document
-from agent.console.pages import (
+from agent.console.calls import (
     DISPOSITIONS,
     CallFilter,
     CallRow,
@@ -46,6 +42,10 @@ from agent.console.pages import (
     find_calls,
     load_call,
 )
+from agent.console.context import ENGINE, now
+from agent.console.dashboard import MAX_DAYS, TARGET, parse_range, provisioning
+from agent.console.kpis import DayCost, components, cost_by_day, figures
+from agent.console.openapi import document
 from agent.console.query import CONTROL_CHARS, FIRST_DAY, LAST_DAY, QueryError
 from agent.ledger.records import CALL_ID_LENGTH, FLAG_KINDS
 from agent.store.tables import Call, CallEvent, CostLine, Promise, Role, Turn

@@ -228,61 +228,8 @@ def plan(
     if target_ms <= 0:
         raise ValueError(f"the target must be positive, got {target_ms:g} ms")
     book.telephony_rate(transport)  # an unknown transport is an error before anything else
-    usable: dict[str, list[StageOption]] = {s: [] for s in STAGES}
-    excluded: list[Excluded] = []
-    for profile in profiles:
-        for option in profile.options:
-            reason = _unusable(option, book, q)
-            if reason:
-                excluded.append(Excluded(option, reason))
-            else:
-                usable[option.stage].append(option)
-    for stage in (*MODEL_STAGES, "overhead"):
-        if not usable[stage]:
-            why = "; ".join(
-                f"{e.option.label} ({e.option.profile}): {e.reason}"
-                for e in excluded
-                if e.option.stage == stage
-            )
-            hint = (
-                "python -m agent bench turn"
-                if stage == "overhead"
-                else "a benchmark or a declared profile"
-            )
-            raise ProfileError(
-                f"no usable {stage} option at {percentile_key(q)} in the profiles"
-                + (f" ({why})" if why else f": add one ({hint})")
-            )
-    configurations = []
-    skipped = 0
-    for stt, llm, tts in itertools.product(*(usable[s] for s in MODEL_STAGES)):
-        colocated = stt.colocated or llm.colocated or tts.colocated
-        overheads = [o for o in usable["overhead"] if o.colocated == colocated]
-        if not overheads:
-            skipped += 1  # no overhead measured with the models placed like this
-            continue
-        endpoints: list[StageOption | None] = [
-            o for o in usable["endpointing"] if o.colocated == colocated
-        ] or [None]
-        cost = price_configuration(book, {"stt": stt, "llm": llm, "tts": tts}, transport)
-        for overhead, endpoint in itertools.product(overheads, endpoints):
-            chain = [stt, llm, tts, overhead]
-            p50, predicted, coinciding = predict(chain, q)
-            v2v = predict([endpoint, *chain], q)[1] if endpoint is not None else None
-            chosen = {"stt": stt, "llm": llm, "tts": tts, "overhead": overhead}
-            if endpoint is not None:
-                chosen["endpointing"] = endpoint
-            configurations.append(
-                Configuration(
-                    options=MappingProxyType(chosen),
-                    p50_ms=p50,
-                    predicted_ms=predicted,
-                    coinciding_ms=coinciding,
-                    voice_to_voice_ms=v2v,
-                    cost=cost,
-                    meets=predicted <= target_ms,
-                )
-            )
+    usable, excluded = _usable_options(profiles, book, q)
+    configurations, skipped = _configurations(usable, book, q, target_ms, transport)
     notes = list(notes)
     if skipped:
         notes.append(
@@ -322,6 +269,81 @@ def plan(
         failing=tuple(failing),
         notes=tuple(notes),
     )
+
+
+def _usable_options(
+    profiles: Sequence[Profile], book: PriceBook, q: float
+) -> tuple[dict[str, list[StageOption]], list[Excluded]]:
+    """The profiles' options by stage, those that can be predicted at ``q`` and priced, and
+    the rest with the reason; an error when a stage the response needs has none."""
+    usable: dict[str, list[StageOption]] = {s: [] for s in STAGES}
+    excluded: list[Excluded] = []
+    for profile in profiles:
+        for option in profile.options:
+            reason = _unusable(option, book, q)
+            if reason:
+                excluded.append(Excluded(option, reason))
+            else:
+                usable[option.stage].append(option)
+    for stage in (*MODEL_STAGES, "overhead"):
+        if not usable[stage]:
+            why = "; ".join(
+                f"{e.option.label} ({e.option.profile}): {e.reason}"
+                for e in excluded
+                if e.option.stage == stage
+            )
+            hint = (
+                "python -m agent bench turn"
+                if stage == "overhead"
+                else "a benchmark or a declared profile"
+            )
+            raise ProfileError(
+                f"no usable {stage} option at {percentile_key(q)} in the profiles"
+                + (f" ({why})" if why else f": add one ({hint})")
+            )
+    return usable, excluded
+
+
+def _configurations(
+    usable: Mapping[str, Sequence[StageOption]],
+    book: PriceBook,
+    q: float,
+    target_ms: float,
+    transport: str,
+) -> tuple[list[Configuration], int]:
+    """Every combination of the usable options, predicted and priced, and how many model
+    combinations were left out for want of an overhead measured with their placement."""
+    configurations = []
+    skipped = 0
+    for stt, llm, tts in itertools.product(*(usable[s] for s in MODEL_STAGES)):
+        colocated = stt.colocated or llm.colocated or tts.colocated
+        overheads = [o for o in usable["overhead"] if o.colocated == colocated]
+        if not overheads:
+            skipped += 1  # no overhead measured with the models placed like this
+            continue
+        endpoints: list[StageOption | None] = [
+            o for o in usable["endpointing"] if o.colocated == colocated
+        ] or [None]
+        cost = price_configuration(book, {"stt": stt, "llm": llm, "tts": tts}, transport)
+        for overhead, endpoint in itertools.product(overheads, endpoints):
+            chain = [stt, llm, tts, overhead]
+            p50, predicted, coinciding = predict(chain, q)
+            v2v = predict([endpoint, *chain], q)[1] if endpoint is not None else None
+            chosen = {"stt": stt, "llm": llm, "tts": tts, "overhead": overhead}
+            if endpoint is not None:
+                chosen["endpointing"] = endpoint
+            configurations.append(
+                Configuration(
+                    options=MappingProxyType(chosen),
+                    p50_ms=p50,
+                    predicted_ms=predicted,
+                    coinciding_ms=coinciding,
+                    voice_to_voice_ms=v2v,
+                    cost=cost,
+                    meets=predicted <= target_ms,
+                )
+            )
+    return configurations, skipped
 
 
 def _unusable(option: StageOption, book: PriceBook, q: float) -> str:
