@@ -51,6 +51,7 @@ PARAMETERS = {
     "campaign_id": "0" * 16,
     "username": "nobody",
     "id": "1",
+    "debt_id": "1",
 }
 SAFE = {"GET", "HEAD", "OPTIONS"}
 

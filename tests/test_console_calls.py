@@ -53,6 +53,7 @@ def calls(db_engine: Engine) -> Engine:
     with Session(db_engine) as session, session.begin():
         jordan, jordan_phone = add_consumer(session, "c1", "Jordan Smith", "+16175550142")
         maria, maria_phone = add_consumer(session, "c2", "Maria Lopez", "+13125559876")
+        maria.disputed = True  # m0's verification is not sent yet
         for i in range(5):
             _call(session, f"j{i}", jordan, jordan_phone, START + dt.timedelta(hours=i), "refused")
         _call(session, "m0", maria, maria_phone, START + dt.timedelta(hours=5), "dispute")

@@ -103,6 +103,7 @@ def _populate(engine) -> None:
         jordan, jordan_phone = add_consumer(session, "c1", "Jordan <b>Smith</b>", "+16175550142")
         maria, maria_phone = add_consumer(session, "c2", "Maria Lopez", "+13125559876")
         lee, lee_phone = add_consumer(session, "c3", "Lee Chen", "+14155550999")
+        lee.disputed = True  # c-dispute's verification is not sent yet
         for i in range(FILLER):
             _call(
                 session,
@@ -477,6 +478,42 @@ async def test_the_queues(console):
     assert "asked for" in sections["callbacks"]
     assert _call_ids(sections["broken"]) == ["c-old-promise"]
     assert "No payments are recorded" in sections["broken"]
+
+
+async def test_a_disputes_verification_sent_lifts_the_suppression(console):
+    """D9: a disputed debt is not called until its verification is sent; the operator marks
+    it sent from the queue (a CSRF-bound form, audited) and it leaves the queue."""
+    client, engine = console
+    await log_in(client)
+    page = await (await client.get("/console/queues")).text()
+    disputes = dict(re.findall(r'<section id="([a-z]+)">(.*?)</section>', page, re.S))["disputes"]
+    form = re.search(
+        r'action="/console/debts/(\d+)/dispute-verified"><input type="hidden" '
+        r'name="csrf_token" value="([^"]+)"',
+        disputes,
+    )
+    assert form is not None, disputes
+    debt_id, token = form.groups()
+    path = f"/console/debts/{debt_id}/dispute-verified"
+    refused = await client.post(path, data={}, allow_redirects=False)
+    assert refused.status == 403
+    with Session(engine) as session:
+        assert session.get(Debt, int(debt_id)).disputed
+
+    done = await client.post(path, data={"csrf_token": token}, allow_redirects=False)
+    assert done.status == 303 and done.headers["Location"] == "/console/queues"
+    with Session(engine) as session:
+        assert not session.get(Debt, int(debt_id)).disputed
+        entry = session.scalar(select(AuditEntry).where(AuditEntry.action == "dispute_verified"))
+        assert entry is not None and entry.object_id == debt_id and entry.detail is None
+    page = await (await client.get("/console/queues")).text()
+    disputes = dict(re.findall(r'<section id="([a-z]+)">(.*?)</section>', page, re.S))["disputes"]
+    assert _call_ids(disputes) == [] and "No disputes." in disputes
+
+    missing = await client.post(
+        "/console/debts/999999/dispute-verified", data={"csrf_token": token}, allow_redirects=False
+    )
+    assert missing.status == 404
 
 
 def _record(engine, call_id: str, directory: Path) -> None:

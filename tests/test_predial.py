@@ -20,6 +20,7 @@ from agent.campaigns.contact_history import (
     record_call,
     record_callback_consent,
     record_conversation,
+    record_dispute_verified,
     record_outcome,
     record_third_party,
 )
@@ -448,6 +449,21 @@ def test_d9_bankruptcy_and_death_suppress_every_debt_of_the_consumer(db_engine: 
     apply_signal(db_engine, account.debt_id, "deceased", at=T)
     with Session(db_engine) as session:
         assert all(debt.deceased for debt in session.scalars(select(Debt)))
+
+
+def test_d9_a_dispute_lifts_once_its_verification_is_sent(db_engine: Engine) -> None:
+    """Disputed-pending-verification: suppressed until the verification is sent, then the
+    debt may be called again; a later dispute suppresses it again."""
+    account = open_account(db_engine)
+    apply_signal(db_engine, account.debt_id, "dispute", at=T)
+    assert ask(db_engine, account, T + DAY).rule == "D9"
+    assert record_dispute_verified(db_engine, account.debt_id, T + DAY) is True
+    assert ask(db_engine, account, T + 2 * DAY).allowed
+    assert record_dispute_verified(db_engine, account.debt_id, T + DAY) is False
+    apply_signal(db_engine, account.debt_id, "dispute", partial=True, at=T + 3 * DAY)
+    assert ask(db_engine, account, T + 4 * DAY).rule == "D9"
+    with pytest.raises(LookupError):
+        record_dispute_verified(db_engine, account.debt_id + 99, T)
 
 
 def test_signals_need_what_they_name(db_engine: Engine) -> None:

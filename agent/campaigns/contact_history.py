@@ -161,6 +161,19 @@ def record_third_party(engine: Engine, debt_id: int, number: str, at: dt.datetim
     logger.info("debt %s: a third party answered %s at %s", debt_id, masked(number), in_utc(at))
 
 
+def record_dispute_verified(engine: Engine, debt_id: int, at: dt.datetime) -> bool:
+    """Verification of the disputed debt went to the consumer (1006.38(d)(2)): collection
+    may resume, so D9 no longer suppresses it. Returns whether it was disputed. A later
+    dispute on a call suppresses it again."""
+    _check_aware(at)
+    with Session(engine) as session, session.begin():
+        debt = _locked_debt(session, debt_id)
+        disputed = debt.disputed
+        debt.disputed = False
+    logger.info("debt %s: verification of the dispute sent at %s", debt_id, in_utc(at))
+    return disputed
+
+
 def apply_signal(
     engine: Engine,
     debt_id: int,

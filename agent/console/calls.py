@@ -73,6 +73,8 @@ class CallFilter:
     flagged: bool = False
     #: Handed to a person (a transfer or a follow-up): the escalations queue.
     handed_off: bool = False
+    #: Its debt is disputed and its verification not yet sent (or the call has no debt).
+    dispute_pending: bool = False
     date_from: dt.date | None = None
     date_to: dt.date | None = None
     #: Keyset cursor: the (started_at, id) of the last row of the previous page.
@@ -276,6 +278,8 @@ def call_query(f: CallFilter, limit: int = PAGE_SIZE, found: Lookups | None = No
         query = query.where(call_flagged())
     if f.handed_off:
         query = query.where(_handed_off())
+    if f.dispute_pending:
+        query = query.where(or_(Debt.id.is_(None), Debt.disputed.is_(True)))
     if f.date_from:
         query = query.where(Call.started_at >= midnight_utc(f.date_from))
     if f.date_to:
@@ -400,7 +404,7 @@ def _stored_day(value: object) -> dt.date | None:
 
 
 def load_queues(engine: Engine, today: dt.date, limit: int = PAGE_SIZE) -> Queues:
-    disputes = _by_disposition(engine, "dispute", limit)
+    disputes, _ = find_calls(engine, CallFilter(disposition="dispute", dispute_pending=True), limit)
     escalations, _ = find_calls(engine, CallFilter(handed_off=True), limit)
     callbacks: list[QueueItem] = []
     with Session(engine) as session:

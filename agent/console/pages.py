@@ -1,4 +1,5 @@
-"""The operator's pages: the call list, a call's detail, the work queues.
+"""The operator's pages: the call list, a call's detail, the work queues, and the one action
+the queues take: a disputed debt's verification sent (which lifts the gate's D9).
 
 Server-rendered HTML, no JavaScript: ``string.Template`` for the layout and
 ``html.escape`` on every value that comes from the database or the request.
@@ -14,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
 
 from agent.campaigns import Ledger
+from agent.campaigns.contact_history import record_dispute_verified
 from agent.console import query as q
 from agent.console.audit import audit
 from agent.console.auth import require_role
@@ -33,6 +35,7 @@ from agent.console.calls import (
     load_queues,
 )
 from agent.console.context import ENGINE, now
+from agent.console.csrf import FIELD, csrf_token
 from agent.console.layout import e, masked_number, page, when
 from agent.console.query import QueryError
 from agent.ledger.latency import DEFINITION
@@ -54,6 +57,7 @@ def add_console_pages(app: web.Application) -> None:
     app.router.add_get("/console", call_list)
     app.router.add_get("/console/calls/{call_id}", call_detail)
     app.router.add_get("/console/queues", queues)
+    app.router.add_post("/console/debts/{debt_id:[0-9]{1,9}}/dispute-verified", dispute_verified)
 
 
 def _duration(seconds: float | None) -> str:
@@ -82,12 +86,18 @@ def _options(values: Iterable[str]) -> str:
     return "".join(f'<option value="{e(v)}"></option>' for v in values)
 
 
-def _call_table(rows: list[CallRow], empty: str = "No calls match.") -> str:
+def _call_table(
+    rows: list[CallRow],
+    empty: str = "No calls match.",
+    action: Callable[[CallRow], str] = lambda row: "",
+) -> str:
+    """The calls as a table; ``action`` gives each row's last cell (a form, or nothing)."""
     if not rows:
         return f'<p class="empty">{e(empty)}</p>'
     lines = []
     for row in rows:
         flag = '<span class="flag" title="compliance flag">⚑ flagged</span>' if row.flagged else ""
+        flag += action(row)
         lines.append(
             f'<tr data-call="{e(row.id)}">'
             f'<td><a href="/console/calls/{e(row.id)}">{e(when(row.started_at))}</a></td>'
@@ -370,10 +380,22 @@ def _broken_table(broken: list[tuple[Promise, str, str]], today: dt.date) -> str
 async def queues(request: web.Request) -> web.StreamResponse:
     today = now(request.app).astimezone(dt.UTC).date()
     q = await asyncio.to_thread(load_queues, request.app[ENGINE], today)
+    csrf = f'<input type="hidden" name="{e(FIELD)}" value="{e(csrf_token(request))}">'
+
+    def verified(row: CallRow) -> str:
+        if row.debt_id is None:
+            return ""
+        return (
+            f'<form method="post" action="/console/debts/{row.debt_id}/dispute-verified">'
+            f'{csrf}<button type="submit">Verification sent</button></form>'
+        )
+
     body = (
         "<h1>Queues</h1>"
-        f'<section id="disputes"><h2>Disputes</h2>'
-        f"{_call_table(q.disputes, 'No disputes.')}</section>"
+        '<section id="disputes"><h2>Disputes awaiting verification</h2>'
+        '<p class="note">The agent stops collecting a disputed debt (the pre-dial gate\'s D9) '
+        "until its verification is sent; mark it sent here and calls may resume.</p>"
+        f"{_call_table(q.disputes, 'No disputes.', verified)}</section>"
         f'<section id="callbacks"><h2>Callbacks due</h2>{_callback_table(q.callbacks)}</section>'
         f'<section id="escalations"><h2>Escalations to a person</h2>'
         f"{_call_table(q.escalations, 'No escalations.')}</section>"
@@ -383,3 +405,17 @@ async def queues(request: web.Request) -> web.StreamResponse:
         f"{_broken_table(q.broken, today)}</section>"
     )
     return page(request, "Queues", body)
+
+
+@require_role(Role.OPERATOR, Role.OWNER)
+async def dispute_verified(request: web.Request) -> web.StreamResponse:
+    """An operator sent the disputed debt's verification: the gate may call about it again."""
+    debt_id = int(request.match_info["debt_id"])
+    try:
+        disputed = await asyncio.to_thread(
+            record_dispute_verified, request.app[ENGINE], debt_id, now(request.app)
+        )
+    except LookupError as exc:
+        raise web.HTTPNotFound(text=str(exc)) from None
+    await audit(request, "dispute_verified", str(debt_id), None if disputed else "not disputed")
+    raise web.HTTPSeeOther("/console/queues")
