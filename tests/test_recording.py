@@ -804,7 +804,14 @@ async def test_a_real_call_leaves_a_stereo_recording_without_the_card(cpu_models
     assert uri is not None and os.path.exists(stored_path(uri))
     left, right = channels(stored_path(uri))
     rms = lambda x: float(np.sqrt(np.mean(x.astype(np.float64) ** 2)))  # noqa: E731
-    assert rms(left) > 50 and rms(right) > 50, (rms(left), rms(right))
+    assert rms(right) > 50, rms(right)
+    if rms(left) <= 50:
+        # Under load the recognizer can garble the one caller turn this scenario keeps (its
+        # identity answer: the date of birth is a digit run, then payment comes up): the
+        # recorder silences that turn too, as it must. A silent channel is then explained
+        # by a turn's redaction, never silent by accident.
+        reasons = {detail["reason"] for detail in redacted}
+        assert reasons & {"mostly_empty", "digit_run"}, redacted
     # The card guard stopped the caller at the card number (its digits never reached the
     # policy). Payment came up before it: from then on nothing the caller said is kept.
     assert "card_number_interrupted" in events, list(events)
