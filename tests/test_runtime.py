@@ -28,7 +28,7 @@ async def test_start_migrates_marks_the_dead_process_calls_and_names_the_models(
     async with AgentRuntime(settings, stub_models=True) as ctx:
         assert ctx.models.stt_model == "stub"
         assert ctx.prompts.version == "collections-v3"
-        assert ctx.price_book.version == "2026-12-01"
+        assert ctx.price_book.version == "2026-12-06"
 
     with Session(db_engine) as session:
         assert session.get(Call, "a" * 32).status == "abnormal"
