@@ -26,7 +26,7 @@ LATENCY_PARTS = (
     "response_ms",
     "voice_to_voice_ms",
 )
-COMPONENTS = {"telephony", "stt", "llm", "tts", "tts_fallback"}
+COMPONENTS = {"telephony", "stt", "llm", "tts", "tts_fallback", "worker"}
 
 pytestmark = pytest.mark.models
 
@@ -66,7 +66,9 @@ async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db
         assert word in heard, heard
 
     assert {line.component for line in call.cost_lines} == COMPONENTS
-    assert all(line.price_book_version == "2026-12-01" for line in call.cost_lines)
+    assert all(line.price_book_version == "2026-12-06" for line in call.cost_lines)
+    # Every line says whether its unit price rests on a measurement or a declared figure.
+    assert {line.basis for line in call.cost_lines} <= {"measured", "declared"}
     total = sum(line.amount_usd for line in call.cost_lines)
     assert call.cost_usd == pytest.approx(total)
     assert call.cost_per_minute_usd == pytest.approx(total / (call.duration_s / 60))
