@@ -76,6 +76,7 @@ from agent.ledger.records import (
 )
 from agent.logs import CALL_ID
 from agent.pipeline.card_guard import CardGuard
+from agent.pipeline.cartesia import CartesiaClient, FallbackConfig
 from agent.pipeline.dialogue import GuardProcessor, PolicyProcessor, SpeakFrame
 from agent.pipeline.http_pools import ServiceSessions
 from agent.pipeline.limits import NEVER_CONNECTED, Limits, LimitWatch
@@ -87,8 +88,7 @@ from agent.pipeline.smart_turn import SmartTurnAnalyzer
 from agent.pipeline.speculation import Speculation
 from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.pipeline.tts import StreamingTTSService
-from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig
-from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService
+from agent.pipeline.tts_fallback import CircuitBreaker, RoutedTTSService
 from agent.pipeline.turns import CallProcessors, TranscriptListener, TurnLedger
 from agent.pipeline.vad import create_vad_analyzer
 from agent.store.database import StoreWriter

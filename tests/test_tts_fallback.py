@@ -14,8 +14,8 @@ from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.tests.utils import run_test
 
 from agent.conversation.replies import PolicyEvent
-from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig, FallbackError
-from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService, is_voiced
+from agent.pipeline.cartesia import CartesiaClient, FallbackConfig, FallbackError
+from agent.pipeline.tts_fallback import CircuitBreaker, RoutedTTSService, is_voiced
 from tests.fallback_tts import API_KEY, FALLBACK_LEVEL, FakeCartesia
 
 PRIMARY_LEVEL = 3000
