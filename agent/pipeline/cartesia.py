@@ -1,10 +1,11 @@
-"""The proprietary TTS the router falls back to: Cartesia's websocket streaming API.
+"""Cartesia's websocket streaming TTS: the proprietary voice the TTS fallback adapter uses.
 
 Why not pipecat's ``CartesiaTTSService``: it is a pipeline processor that owns
 its audio contexts and pushes frames downstream from its own receive loop, so
 it cannot be asked for one sentence's audio and then be told to keep quiet
-while the self-hosted TTS still owns it. The router needs a plain "text in,
-PCM out" call on a websocket that is already open, which is this client: one
+while the self-hosted TTS still owns it. The adapter (``agent.pipeline.tts_fallback``)
+needs a plain "text in, PCM out" call on a websocket that is already open
+(its ``FallbackTTS``), which is this client: one
 generation request per sentence, multiplexed by ``context_id`` on one
 long-lived connection, in the wire format pipecat's client also speaks
 (``transcript``/``context_id``/``output_format`` out; ``chunk``, ``done`` and
@@ -25,23 +26,19 @@ import aiohttp
 
 logger = logging.getLogger(__name__)
 
-#: The vendors the router can fall back to.
-FALLBACK_VENDORS = ("cartesia",)
-CARTESIA_URL = "wss://api.cartesia.ai/tts/websocket"
 #: The API version this client is written against (the one pipecat 1.14's client sends).
 CARTESIA_VERSION = "2026-03-01"
 CARTESIA_MODEL = "sonic-3.6"
 
 
-class FallbackError(RuntimeError):
-    """The fallback could not speak a sentence (unreachable, refused, or an error message)."""
+class CartesiaError(RuntimeError):
+    """Cartesia could not speak a sentence (unreachable, refused, or an error message)."""
 
 
 @dataclass(frozen=True)
-class FallbackConfig:
-    """How to reach the fallback vendor; the API key comes from the environment only."""
+class CartesiaConfig:
+    """How to reach Cartesia; the API key comes from the environment only."""
 
-    vendor: str
     url: str
     api_key: str = field(repr=False)
     voice: str
@@ -52,7 +49,10 @@ class FallbackConfig:
 class CartesiaClient:
     """One websocket to Cartesia, opened ahead of need and reopened when it drops."""
 
-    def __init__(self, config: FallbackConfig, session: aiohttp.ClientSession) -> None:
+    #: The voice's name in the adapter's events and logs.
+    name = "cartesia"
+
+    def __init__(self, config: CartesiaConfig, session: aiohttp.ClientSession) -> None:
         self._config = config
         self._session = session
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -67,17 +67,17 @@ class CartesiaClient:
 
     async def _open(self) -> aiohttp.ClientWebSocketResponse:
         if self._closed:
-            raise FallbackError("closed: the call has ended")
+            raise CartesiaError("closed: the call has ended")
         if self._ws is not None and not self._ws.closed:
             return self._ws
         headers = {"X-API-Key": self._config.api_key, "Cartesia-Version": CARTESIA_VERSION}
         try:
             ws = await self._session.ws_connect(self._config.url, headers=headers)
         except (aiohttp.ClientError, OSError) as e:
-            raise FallbackError(f"cannot connect to {self._config.url}: {e}") from e
+            raise CartesiaError(f"cannot connect to {self._config.url}: {e}") from e
         if self._closed:  # the call ended while this was connecting: nobody else closes it
             await ws.close()
-            raise FallbackError("closed: the call has ended")
+            raise CartesiaError("closed: the call has ended")
         self._ws = ws
         return ws
 
@@ -117,10 +117,10 @@ class CartesiaClient:
                         return
                     elif kind == "error":
                         done = True
-                        raise FallbackError(f"Cartesia error: {msg.get('error', msg)}")
-                raise FallbackError(f"Cartesia closed the websocket ({ws.close_code})")
+                        raise CartesiaError(f"Cartesia error: {msg.get('error', msg)}")
+                raise CartesiaError(f"Cartesia closed the websocket ({ws.close_code})")
             except (aiohttp.ClientError, OSError, ValueError, KeyError) as e:
-                raise FallbackError(f"Cartesia stream failed: {e}") from e
+                raise CartesiaError(f"Cartesia stream failed: {e}") from e
             finally:
                 if not done and not ws.closed:
                     # Abandoned mid-sentence (interrupted): stop the generation, keep the socket.
