@@ -255,8 +255,8 @@ class Settings:
     price_book: Path | None = None
     price_profile: str = "embedded-cpu"
     prompt_version: str = "collections-v3"
-    # The TTS router's fallback (agent/pipeline/tts_router.py); "none": the primary alone, no
-    # router.
+    # The TTS fallback adapter's vendor (agent/pipeline/tts_fallback.py); "none": the
+    # primary alone, no adapter.
     tts_fallback: str = "none"
     tts_fallback_url: str = "wss://api.cartesia.ai/tts/websocket"
     tts_fallback_api_key: str | None = None

@@ -1,7 +1,7 @@
 """A local fake of Cartesia's TTS websocket (test helper only).
 
 It speaks the wire format of Cartesia's ``/tts/websocket`` as pipecat's client
-and ``agent.pipeline.tts_fallback`` use it: a JSON generation request per
+and ``agent.pipeline.cartesia`` use it: a JSON generation request per
 ``context_id``; ``chunk`` messages with base64 PCM at the requested rate, then
 ``done``; ``error`` for a request it rejects. The audio is real PCM: a square
 wave of ``FALLBACK_LEVEL`` whose length grows with the text, so a test can tell
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
+from collections.abc import AsyncIterator
 
 from aiohttp import WSMsgType, web
 
@@ -86,3 +88,16 @@ class FakeCartesia:
             done = {"type": "done", "context_id": context_id, "done": True, "status_code": 200}
             await ws.send_str(json.dumps(done))
         return ws
+
+
+@contextlib.asynccontextmanager
+async def fake_cartesia() -> AsyncIterator[tuple[FakeCartesia, str]]:
+    """A ``FakeCartesia`` on a loopback port, and its websocket URL."""
+    fake = FakeCartesia()
+    runner = web.AppRunner(fake.app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield fake, f"ws://127.0.0.1:{runner.addresses[0][1]}/tts/websocket"
+    finally:
+        await runner.cleanup()

@@ -186,7 +186,7 @@ def run_pooling_bench(requests: int, output: str) -> int:
             "TLS 1.3 one more, TLS 1.2 two more), so at a 50-100 ms cloud RTT a fresh HTTPS",
             "connection costs 100-300 ms: the gap the reference talk closed (>500 ms to <250 ms)",
             "by pooling. This loopback run cannot show that part and does not claim to.",
-            "The fallback TTS websocket (agent/pipeline/tts_fallback.py) is opened at call start",
+            "The fallback TTS websocket (agent/pipeline/cartesia.py) is opened at call start",
             "for the same reason.",
             "",
         ]

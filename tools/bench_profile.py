@@ -31,7 +31,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("smart-turn (features, ONNX)", ("smart_turn", "onnxruntime")),  # SMART_TURN
     ("resampling", ("pipecat/audio/resamplers", "soxr")),
     ("STT client (websocket)", ("agent/pipeline/stt.py",)),
-    ("TTS client (HTTP)", ("agent/pipeline/tts.py", "agent/pipeline/tts_router.py")),
+    ("TTS client (HTTP)", ("agent/pipeline/tts.py", "agent/pipeline/tts_fallback.py")),
     ("policy, guard, turn reader", (
         "agent/conversation/policy.py",
         "agent/conversation/guard.py",

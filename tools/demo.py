@@ -34,7 +34,7 @@ figure is typed in; each comes from running the project's own code:
   agent character); the gaps, the greeting and the hang-up are drawn from the
   measured calls.
 - **Cost** is ``price_call`` of the real price book over that usage; in a few
-  calls one sentence goes to the fallback TTS, recorded as the router records
+  calls one sentence goes to the fallback TTS, recorded as the fallback adapter records
   it (a ``tts_fallback`` event, its characters on the fallback line).
 - **Outbound calls** are cleared by the real pre-dial gate
   (``reserve_attempt`` at the call's time, ``record_outcome`` after, with

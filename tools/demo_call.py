@@ -34,7 +34,7 @@ from tools.demo_portfolio import DemoDebt
 #: Share of calls in which the LLM phrases the policy's open questions (LLM_MODE=phrase).
 PHRASED_SHARE = 0.3
 #: Share of calls in which one sentence goes to the fallback TTS (the primary missed its
-#: deadline), recorded as the TTS router records it.
+#: deadline), recorded as the TTS fallback adapter records it.
 FALLBACK_SHARE = 0.04
 
 

@@ -75,7 +75,9 @@ from agent.ledger.records import (
     new_call_id,
 )
 from agent.logs import CALL_ID
+from agent.pipeline.breaker import CircuitBreaker
 from agent.pipeline.card_guard import CardGuard
+from agent.pipeline.cartesia import CartesiaClient, CartesiaConfig
 from agent.pipeline.dialogue import GuardProcessor, PolicyProcessor, SpeakFrame
 from agent.pipeline.http_pools import ServiceSessions
 from agent.pipeline.limits import NEVER_CONNECTED, Limits, LimitWatch
@@ -87,8 +89,7 @@ from agent.pipeline.smart_turn import SmartTurnAnalyzer
 from agent.pipeline.speculation import Speculation
 from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.pipeline.tts import StreamingTTSService
-from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig
-from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService
+from agent.pipeline.tts_fallback import Fallback, TTSFallbackAdapter
 from agent.pipeline.turns import CallProcessors, TranscriptListener, TurnLedger
 from agent.pipeline.vad import create_vad_analyzer
 from agent.store.database import StoreWriter
@@ -223,7 +224,7 @@ class Call:
         self._hung_up = False
         self._worker: PipelineWorker | None = None
         self._greeted = False
-        self._router: RoutedTTSService | None = None
+        self._router: TTSFallbackAdapter | None = None
         self._recorder: CallRecorder | None = None
         #: Monotonic seconds: the call's duration and its limits.
         self._clock = clock
@@ -399,7 +400,7 @@ class Call:
         await self.cancel(LINE_LOST if connected else NEVER_CONNECTED)
 
     def _build_tts(self) -> StreamingTTSService:
-        """The self-hosted TTS alone, or behind the router when a fallback is configured.
+        """The self-hosted TTS alone, or in the fallback adapter when a fallback is configured.
 
         With the policy in the call, the guard cuts the text into checked units (the
         first clause, then sentences), so the TTS speaks each as it comes instead of
@@ -411,18 +412,17 @@ class Call:
             return StreamingTTSService(
                 url=self._ctx.models.tts_url, session=session, text_aggregation_mode=mode
             )
-        config = FallbackConfig(
-            vendor=settings.tts_fallback,
+        config = CartesiaConfig(
             url=settings.tts_fallback_url,
             api_key=settings.tts_fallback_api_key,
             voice=settings.tts_fallback_voice or "",
             model=settings.tts_fallback_model,
         )
-        self._router = RoutedTTSService(
+        self._router = TTSFallbackAdapter(
             url=self._ctx.models.tts_url,
             session=session,
-            fallback=CartesiaClient(config, session),
             breaker=breaker,
+            fallbacks=[Fallback(CartesiaClient(config, session))],
             deadline_s=settings.tts_fallback_deadline_ms / 1000.0,
             on_event=self._record_event,
             text_aggregation_mode=mode,

@@ -22,9 +22,9 @@ from agent.config import ConfigError, Settings, hide_password
 from agent.conversation.prompts import PromptSet
 from agent.ledger.pricebook import PriceBook
 from agent.pipeline import smart_turn
+from agent.pipeline.breaker import CircuitBreaker
 from agent.pipeline.call import CallContext, ModelEndpoints
 from agent.pipeline.http_pools import ServiceSessions
-from agent.pipeline.tts_router import CircuitBreaker
 from agent.store.database import StoreWriter, create_engine_for, mark_abandoned_calls, upgrade
 from telephony.rtp.sender import SENDER
 

@@ -1,4 +1,5 @@
-"""The TTS router against real local servers: our TTS protocol and a fake of Cartesia's."""
+"""The TTS fallback adapter against real local servers: our TTS protocol and fakes of
+Cartesia's."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from pipecat.frames.frames import TTSAudioRawFrame, TTSSpeakFrame
 from pipecat.tests.utils import run_test
 
 from agent.conversation.replies import PolicyEvent
-from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig, FallbackError
-from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService, is_voiced
-from tests.fallback_tts import API_KEY, FALLBACK_LEVEL, FakeCartesia
+from agent.pipeline.breaker import CircuitBreaker
+from agent.pipeline.cartesia import CartesiaClient, CartesiaConfig
+from agent.pipeline.tts_fallback import Fallback, TTSFallbackAdapter, is_voiced
+from tests.fallback_tts import API_KEY, FALLBACK_LEVEL, FakeCartesia, fake_cartesia
 
 PRIMARY_LEVEL = 3000
 SENTENCES = ["Hello, this is Sam.", "Is this a good time?", "Thank you."]
@@ -59,10 +61,8 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
 
 @pytest.fixture
 async def fallback() -> AsyncIterator[tuple[FakeCartesia, str]]:
-    fake = FakeCartesia()
-    runner, host = await serve(fake.app)
-    yield fake, f"ws://{host}/tts/websocket"
-    await runner.cleanup()
+    async with fake_cartesia() as served:
+        yield served
 
 
 @pytest.fixture
@@ -90,26 +90,31 @@ def refused_url() -> str:
     return f"http://127.0.0.1:{port}/v1/speech"
 
 
-def router(
+def cartesia(url: str, session: aiohttp.ClientSession) -> CartesiaClient:
+    return CartesiaClient(CartesiaConfig(url, API_KEY, voice="voice-1"), session)
+
+
+def adapter(
     url: str,
     fallback_url: str,
     session: aiohttp.ClientSession,
     events: list[PolicyEvent],
     breaker: CircuitBreaker | None = None,
     deadline_s: float = 0.2,
-) -> RoutedTTSService:
-    config = FallbackConfig("cartesia", fallback_url, API_KEY, voice="voice-1")
-    return RoutedTTSService(
+    more: tuple[Fallback, ...] = (),
+) -> TTSFallbackAdapter:
+    """The self-hosted TTS at ``url``, the fake Cartesia at ``fallback_url``, then ``more``."""
+    return TTSFallbackAdapter(
         url=url,
         session=session,
-        fallback=CartesiaClient(config, session),
         breaker=breaker or CircuitBreaker(threshold=10, probe_interval_s=0.05),
+        fallbacks=[Fallback(cartesia(fallback_url, session)), *more],
         deadline_s=deadline_s,
         on_event=events.append,
     )
 
 
-async def speak(tts: RoutedTTSService, sentences: list[str]) -> list[list[int]]:
+async def speak(tts: TTSFallbackAdapter, sentences: list[str]) -> list[list[int]]:
     """Run the sentences through a pipeline; per sentence, the levels of its audio frames."""
     down, _ = await run_test(tts, frames_to_send=[TTSSpeakFrame(s) for s in sentences])
     by_context: dict[str, list[int]] = {}
@@ -128,7 +133,7 @@ async def test_a_healthy_primary_speaks_every_sentence_itself(primary, fallback,
     state, url = primary
     fake, fallback_url = fallback
     events: list[PolicyEvent] = []
-    tts = router(url, fallback_url, session, events)
+    tts = adapter(url, fallback_url, session, events)
     spoken = await speak(tts, SENTENCES)
     assert voices(spoken) == [{PRIMARY_LEVEL}] * 3
     assert state.requests == SENTENCES and fake.transcripts == []
@@ -143,7 +148,7 @@ async def test_a_bad_primary_is_covered_by_the_fallback_once_per_sentence(
     state.mode = mode
     fake, fallback_url = fallback
     events: list[PolicyEvent] = []
-    tts = router(refused_url() if mode == "refused" else url, fallback_url, session, events)
+    tts = adapter(refused_url() if mode == "refused" else url, fallback_url, session, events)
     spoken = await speak(tts, SENTENCES)
     # Each sentence reaches the output exactly once, in the fallback's voice only.
     assert voices(spoken) == [{FALLBACK_LEVEL}] * 3
@@ -162,7 +167,7 @@ async def test_a_late_primary_still_speaks_when_the_fallback_is_down(primary, se
     state.mode = "healthy"
     events: list[PolicyEvent] = []
     # A zero deadline: every answer of the primary is late.
-    tts = router(url, refused_url().replace("http", "ws"), session, events, deadline_s=0.0)
+    tts = adapter(url, refused_url().replace("http", "ws"), session, events, deadline_s=0.0)
     spoken = await speak(tts, SENTENCES[:1])
     assert voices(spoken) == [{PRIMARY_LEVEL}]
     assert [e.detail["reason"].split(":")[0] for e in events] == ["deadline", "fallback_failed"]
@@ -175,7 +180,7 @@ async def test_the_breaker_opens_after_k_failures_and_a_probe_closes_it(primary,
     fake, fallback_url = fallback
     events: list[PolicyEvent] = []
     breaker = CircuitBreaker(threshold=2, probe_interval_s=3600)
-    tts = router(url, fallback_url, session, events, breaker)
+    tts = adapter(url, fallback_url, session, events, breaker)
     await speak(tts, SENTENCES)
     assert breaker.open
     # Two failures opened it: the third sentence went straight to the fallback.
@@ -194,14 +199,90 @@ async def test_the_background_probe_closes_the_breaker(primary, session):
     state, url = primary
     state.mode = "healthy"
     breaker = CircuitBreaker(threshold=1, probe_interval_s=0.01)
-    tts = router(url, "ws://127.0.0.1:9/unused", session, [], breaker)
+    tts = adapter(url, "ws://127.0.0.1:9/unused", session, [], breaker)
     tts._sample_rate = 16000
-    breaker.failed(tts.probe)
-    assert breaker.open
+    breaker.attach(tts.probe)
+    assert breaker.failed() and breaker.open
     while breaker.open:
         await asyncio.sleep(0.01)
     assert state.requests == ["Hello."]
     await breaker.close()
+
+
+async def test_a_second_fallback_covers_the_first_and_its_breaker_skips_it(
+    primary, fallback, session
+):
+    """Three voices: a dead primary, a first fallback that is down, a second that speaks.
+    The first fallback's own breaker opens after two failures and keeps it out."""
+    state, url = primary
+    state.mode = "failing"
+    fake, fallback_url = fallback
+    down = CircuitBreaker(threshold=2, probe_interval_s=3600)
+    events: list[PolicyEvent] = []
+    tts = TTSFallbackAdapter(
+        url=url,
+        session=session,
+        breaker=CircuitBreaker(threshold=10, probe_interval_s=3600),
+        fallbacks=[
+            Fallback(cartesia(refused_url().replace("http", "ws"), session), down),
+            Fallback(cartesia(fallback_url, session)),
+        ],
+        on_event=events.append,
+    )
+    spoken = await speak(tts, SENTENCES)
+    assert voices(spoken) == [{FALLBACK_LEVEL}] * 3 and fake.transcripts == SENTENCES
+    reasons = [e.detail["reason"] for e in events]
+    assert [r.split(":")[0] for r in reasons[::2]] == ["error"] * 3  # the primary's
+    assert reasons[1].startswith("fallback_failed: error: TTS cartesia failed: cannot connect")
+    assert reasons[3].startswith("fallback_failed: error:")
+    assert reasons[5] == "fallback_failed: breaker_open" and down.open
+    assert tts.fallback_characters == sum(len(s) for s in SENTENCES)
+    await down.close()
+
+
+async def test_a_late_primary_speaks_when_every_fallback_fails(primary, session):
+    state, url = primary
+    events: list[PolicyEvent] = []
+    dead = refused_url().replace("http", "ws")
+    more = (Fallback(cartesia(dead, session)),)
+    tts = adapter(url, dead, session, events, deadline_s=0.0, more=more)
+    spoken = await speak(tts, SENTENCES[:1])
+    assert voices(spoken) == [{PRIMARY_LEVEL}]
+    reasons = [e.detail["reason"].split(":")[0] for e in events]
+    assert reasons == ["deadline", "fallback_failed", "fallback_failed"]
+    assert tts.fallback_characters == 0
+
+
+async def test_a_call_probes_its_breakers_only_while_it_runs(primary, fallback, session):
+    """A probe speaks through its call's connections: the breaker drops it when the call
+    ends, and probes through the next call instead of a closed one."""
+    state, url = primary
+    state.mode = "failing"
+    _, fallback_url = fallback
+    breaker = CircuitBreaker(threshold=1, probe_interval_s=0.01)
+    first = adapter(url, fallback_url, session, [], breaker)
+    await speak(first, SENTENCES[:1])
+    assert breaker.open
+    state.mode = "healthy"
+    await asyncio.sleep(0.05)
+    assert breaker.open and state.requests == SENTENCES[:1]  # nobody probed: no call ran
+    second = adapter(url, fallback_url, session, [], breaker)
+    second._sample_rate = 16000
+    breaker.attach(second.probe)  # as its start does
+    while breaker.open:
+        await asyncio.sleep(0.01)
+    assert state.requests == [SENTENCES[0], "Hello."]
+    await breaker.close()
+
+
+def test_an_adapter_needs_a_fallback(session):
+    with pytest.raises(ValueError, match="at least one fallback"):
+        TTSFallbackAdapter(
+            url="http://127.0.0.1:9/v1/speech",
+            session=session,
+            breaker=CircuitBreaker(),
+            fallbacks=[],
+        )
 
 
 def test_silence_is_told_from_voice():
@@ -224,36 +305,3 @@ def test_a_configured_fallback_needs_its_key_and_voice():
         Settings.from_env({"TTS_FALLBACK": "azure"}, dotenv=False)
     with pytest.raises(ConfigError, match="DEADLINE"):
         Settings.from_env({**env, "TTS_FALLBACK_DEADLINE_MS": "0"}, dotenv=False)
-
-
-# -- no websocket outlives its call (issue 19) -------------------------------------------
-
-
-def cartesia(url: str, session: aiohttp.ClientSession) -> CartesiaClient:
-    return CartesiaClient(FallbackConfig("cartesia", url, API_KEY, voice="voice-1"), session)
-
-
-async def test_a_fallback_websocket_opening_when_the_call_ends_is_closed(fallback, session):
-    """The router connects the fallback as its call starts and closes it at the call's end;
-    a call ended within milliseconds closes it while the handshake is under way."""
-    fake, url = fallback
-    fake.upgrade.clear()
-    client = cartesia(url, session)
-    connecting = asyncio.create_task(client.connect())
-    await fake.asked.wait()
-    await client.close()
-    fake.upgrade.set()
-    with pytest.raises(FallbackError, match="call has ended"):
-        await connecting
-    assert fake.connections == 1 and fake.open_websockets == 0
-
-
-async def test_a_sentence_asked_for_after_the_call_ended_opens_no_websocket(fallback, session):
-    """A turn still under way when the call ends may fall back after the close."""
-    fake, url = fallback
-    client = cartesia(url, session)
-    await client.close()
-    with pytest.raises(FallbackError, match="call has ended"):
-        async for _ in client.synthesize("Goodbye.", 16000):
-            pass
-    assert fake.connections == 0
