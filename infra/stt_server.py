@@ -13,6 +13,7 @@ transformers (PyTorch on the GPU, ``--compile``) and TensorRT-LLM engines (``trt
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import logging
@@ -165,6 +166,11 @@ class TurnAudio:
         self._chunks.append(audio)
         self.input_samples += pcm.size
 
+    def so_far(self) -> np.ndarray:
+        """The turn's 16 kHz audio until now, the turn going on (less the resampler's few
+        milliseconds of look-ahead)."""
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
+
     def take(self) -> np.ndarray:
         """Return the turn's 16 kHz float32 audio and start a new turn."""
         if self._resampler is not None:
@@ -182,7 +188,13 @@ class TurnAudio:
 
 
 class ListenSession:
-    """One websocket stream of one call: ``start``, audio, ``finalize``..., ``stop``."""
+    """One websocket stream of one call: ``start``, audio, ``finalize``..., ``stop``.
+
+    A ``pause`` (the client's VAD heard the caller go quiet) starts decoding the turn's
+    audio so far; a ``resume`` drops that decode. A ``finalize`` with a decode ahead
+    standing answers with it: the audio since the pause was not speech, and the final is
+    ready as soon as the client knows the turn is over (docs/protocols.md).
+    """
 
     def __init__(self, ws: web.WebSocketResponse, worker: TranscriptionBatcher) -> None:
         self._ws = ws
@@ -191,6 +203,7 @@ class ListenSession:
         self._turn: TurnAudio | None = None
         self._odd_byte = b""
         self._total_samples = 0
+        self._ahead: asyncio.Task[str] | None = None
 
     async def run(self) -> None:
         """Serve the stream until the client stops, leaves or breaks the protocol."""
@@ -207,6 +220,20 @@ class ListenSession:
         except Exception as error:
             logger.exception("stream %r failed", self.call_id)
             await self._fail(f"internal error: {error}", WSCloseCode.INTERNAL_ERROR)
+        finally:
+            self._drop_ahead()
+
+    def _decode_ahead(self) -> None:
+        assert self._turn is not None
+        self._drop_ahead()
+        audio = self._turn.so_far()
+        if audio.size:
+            self._ahead = asyncio.ensure_future(self._worker.transcribe(audio))
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()  # if its batch already runs, only its answer is dropped
+            self._ahead = None
 
     async def _first_message(self) -> Any:
         try:
@@ -251,6 +278,12 @@ class ListenSession:
                 raise ProtocolError(f"finalize: turn must be an integer, got {turn!r}")
             await self._send_final(turn)
             return True
+        if kind == "pause":
+            self._decode_ahead()
+            return True
+        if kind == "resume":
+            self._drop_ahead()
+            return True
         if kind == "stop":
             await self._ws.send_json({"type": "usage", "audio_seconds": self._audio_seconds()})
             await self._ws.close()
@@ -280,7 +313,14 @@ class ListenSession:
         started = time.perf_counter()
         seconds = self._turn.seconds
         audio = self._turn.take()
-        text = await self._worker.transcribe(audio) if audio.size else ""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and turn is None:  # forced: the pause was not the turn's end
+            ahead.cancel()
+            ahead = None
+        if ahead is not None:
+            text = await ahead
+        else:
+            text = await self._worker.transcribe(audio) if audio.size else ""
         processing_ms = (time.perf_counter() - started) * 1000
         final: dict[str, Any] = {
             "type": "final",
@@ -293,11 +333,12 @@ class ListenSession:
             final["forced"] = True
         # Never the words themselves: a caller may read out a card number (rule C11).
         logger.info(
-            "stream %r: turn %s, %.2f s of audio in %.0f ms, %d characters",
+            "stream %r: turn %s, %.2f s of audio in %.0f ms%s, %d characters",
             self.call_id,
             turn,
             seconds,
             processing_ms,
+            " (decoded ahead)" if ahead is not None else "",
             len(text),
         )
         await self._ws.send_json(final)

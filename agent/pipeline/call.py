@@ -48,7 +48,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
-from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transports.base_transport import BaseTransport
@@ -88,7 +87,7 @@ from agent.pipeline.tts import StreamingTTSService
 from agent.pipeline.tts_fallback import CartesiaClient, FallbackConfig
 from agent.pipeline.tts_router import CircuitBreaker, RoutedTTSService
 from agent.pipeline.turns import CallProcessors, TranscriptListener, TurnLedger
-from agent.pipeline.vad import create_vad_analyzer
+from agent.pipeline.vad import CallerVAD, create_vad_analyzer
 from agent.store.database import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -231,7 +230,7 @@ class Call:
 
     def _build(self, turn_analyzer: SmartTurnAnalyzer) -> tuple[PipelineWorker, TurnLedger]:
         settings, models = self._ctx.settings, self._ctx.models
-        vad = VADProcessor(vad_analyzer=create_vad_analyzer(settings))
+        vad = CallerVAD(vad_analyzer=create_vad_analyzer(settings))
         stt = StreamingSTTService(
             url=models.stt_url,
             session=self._ctx.sessions.session("stt"),
