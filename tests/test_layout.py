@@ -39,7 +39,6 @@ LONG_FUNCTIONS: dict[str, int] = {
     "agent/console/openapi.py:_schemas": 221,
     "agent/console/openapi.py:document": 189,
     "agent/ledger/plan.py:plan": 110,
-    "agent/pipeline/call.py:Call._build": 138,
     "infra/gpu_check.py:planner_profile": 107,
     "telephony/sip/ua.py:SipEndpoint._on_invite": 86,
     "telephony/sip/ua.py:SipEndpoint.invite": 109,
