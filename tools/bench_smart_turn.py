@@ -57,8 +57,7 @@ def turns() -> list[np.ndarray]:
 
     voice = CallerVoice(RATE)
     return [
-        np.frombuffer(voice.say(line), dtype=np.int16).astype(np.float32) / 32768
-        for line in LINES
+        np.frombuffer(voice.say(line), dtype=np.int16).astype(np.float32) / 32768 for line in LINES
     ]
 
 
@@ -119,7 +118,7 @@ def run_smart_turn_bench(loads: Sequence[int], decisions: int, output: str) -> i
             f"`{command}`; pipecat's smart-turn v3.2 CPU model, one ONNX session in the "
             "worker's helper process (`agent.pipeline.smart_turn`, `SCHED_IDLE`).",
             "",
-            (__doc__ or "").split("\n\n")[1].replace("\n", " "),
+            (__doc__ or "").split("\n\n")[1].replace("\n", " ").replace("``", "`"),
             "",
             text,
             "",
