@@ -105,3 +105,19 @@ def test_a_turn_at_8_khz_is_heard_as_pipecat_hears_it(voice: CallerVoice) -> Non
 def test_a_batch_needs_room_for_one() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         Decisions(max_batch=0)
+
+
+def test_a_failed_batch_fails_each_of_its_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(audios: list[np.ndarray], rates: list[int]) -> list[dict[str, Any]]:
+        raise RuntimeError("the model's file is gone")
+
+    monkeypatch.setattr(smart_turn, "_run_in_helper", broken)
+    decisions = Decisions()
+    with ThreadPoolExecutor(max_workers=3) as calls:
+        asked = [calls.submit(decisions.decide, np.zeros(160, np.float32), 16000) for _ in "abc"]
+        for future in asked:
+            with pytest.raises(RuntimeError, match="file is gone"):
+                future.result(timeout=30)
+    # The batcher goes on: the next decision starts a new run.
+    monkeypatch.setattr(smart_turn, "_run_in_helper", lambda a, r: [{"prediction": 1}] * len(a))
+    assert decisions.decide(np.zeros(160, np.float32), 16000) == {"prediction": 1}
