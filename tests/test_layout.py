@@ -23,9 +23,7 @@ MAX_FUNCTION_LINES = 80
 #: Modules over the limit today, with their length: to be split.
 OVERSIZED: dict[str, int] = {}
 #: Functions over the limit today (path:qualified name), with their length.
-LONG_FUNCTIONS: dict[str, int] = {
-    "agent/pipeline/call.py:Call._build": 138,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def sources() -> list[Path]:

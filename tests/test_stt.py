@@ -47,6 +47,7 @@ import agent.pipeline.stt
 from agent.conversation.prompts import PromptSet
 from agent.conversation.replies import PolicyEvent
 from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
+from agent.pipeline.vad import VADUserPausedFrame, VADUserResumedFrame
 from tests.servers import running_server
 
 TEXTS = PromptSet.load("collections-v3").templates
@@ -514,3 +515,38 @@ async def test_reconnecting_stops_when_the_call_ends_before_it_started(server):
         extra = await settle(before)
     assert not extra, f"tasks left running: {sorted(t.get_name() for t in extra)}"
     assert fake.streams == []
+
+
+async def test_the_callers_pauses_reach_the_server_in_the_audios_order_and_stop_there(
+    server, session
+):
+    fake, url = server
+    frames = [
+        VADUserStartedSpeakingFrame(),
+        *audio(3),
+        VADUserPausedFrame(),
+        VADUserResumedFrame(),
+        *audio(2),
+        VADUserPausedFrame(),
+        *audio(1),
+        VADUserStoppedSpeakingFrame(),
+        SleepFrame(0.2),
+    ]
+    down = await run(stt(url, session, []), frames)
+    log = fake.streams[0]
+    assert [item for item in log if item != ("start", None)][:9] == [
+        *[640] * 3,
+        ("pause", None),
+        ("resume", None),
+        *[640] * 2,
+        ("pause", None),
+        640,
+    ]
+    assert fake.finalized(0) == [1]
+    assert not any(isinstance(f, VADUserPausedFrame | VADUserResumedFrame) for f in down)
+
+
+async def test_a_pause_in_silence_is_not_sent(server, session):
+    fake, url = server
+    await run(stt(url, session, []), [*audio(2), VADUserPausedFrame(), SleepFrame(0.1)])
+    assert ("pause", None) not in fake.streams[0]

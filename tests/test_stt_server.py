@@ -339,3 +339,79 @@ async def test_a_stream_that_never_starts_is_closed(monkeypatch: pytest.MonkeyPa
 
     assert error == {"type": "error", "message": "no start message within 0.2 s"}
     assert closing.data == 1008
+
+
+class LengthTranscriber(SilentTranscriber):
+    """A fake backend that answers with the length of each audio it is given, in samples."""
+
+    name = "length"
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+
+    def transcribe_batch(self, audios: Sequence[np.ndarray]) -> list[str]:
+        self.calls.extend(audio.size for audio in audios)
+        return [str(audio.size) for audio in audios]
+
+
+async def test_a_pause_decodes_ahead_and_the_final_answers_with_it() -> None:
+    model = LengthTranscriber()
+    async with (
+        TestClient(TestServer(stt_server.create_app(model, window_ms=0))) as client,
+        client.ws_connect("/v1/listen") as ws,
+    ):
+        await start(ws)
+        await ws.send_bytes(b"\x01\x00" * 8000)  # the utterance
+        await ws.send_json({"type": "pause"})
+        await ws.send_bytes(bytes(3200))  # the quiet that ends it
+        final = await finalize(ws, 1)
+
+    # The final is the decode of the audio before the pause, not a second decode.
+    assert final["text"] == "8000"
+    assert model.calls == [8000]
+    assert final["audio_seconds"] == pytest.approx(0.6)  # usage counts all it streamed
+
+
+async def test_a_resume_drops_the_decode_ahead() -> None:
+    model = LengthTranscriber()
+    async with (
+        TestClient(TestServer(stt_server.create_app(model, window_ms=0))) as client,
+        client.ws_connect("/v1/listen") as ws,
+    ):
+        await start(ws)
+        await ws.send_bytes(b"\x01\x00" * 8000)
+        await ws.send_json({"type": "pause"})
+        await ws.send_json({"type": "resume"})
+        await ws.send_bytes(b"\x01\x00" * 4000)  # the caller went on
+        first = await finalize(ws, 1)
+        await ws.send_bytes(b"\x01\x00" * 1600)
+        second = await finalize(ws, 2)  # no pause this time: decoded at the finalize
+
+    assert first["text"] == "12000"
+    assert second["text"] == "1600"
+    assert model.calls[-2:] == [12000, 1600]
+
+
+@pytest.mark.models
+def test_a_turn_is_decoded_in_the_short_window_unless_it_needs_whisper_s_own(
+    whisper: stt_server.WhisperTranscriber, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    windows: list[tuple[int, ...]] = []
+    encode = whisper._model.encode
+    monkeypatch.setattr(
+        whisper._model,
+        "encode",
+        lambda features: windows.append(features.shape) or encode(features),
+    )
+    turn = np.frombuffer(speech_pcm(PROMISE, 16000), dtype="<i2").astype(np.float32) / 32768
+    long_turn = np.concatenate([turn, np.zeros(9 * 16000, np.float32)])
+
+    short, whole = whisper.transcribe(turn), whisper.transcribe(long_turn)
+
+    assert windows == [(1, 80, 1000), (1, 80, 3000)]
+    assert {"pay", "friday"} <= set(words(short)) and {"pay", "friday"} <= set(words(whole))
+
+
+def test_a_window_without_room_for_its_margin_is_refused() -> None:
+    with pytest.raises(SystemExit):
+        stt_server.main(["--window-s", "2"])

@@ -48,7 +48,6 @@ from pipecat.processors.aggregators.llm_response_universal import (
     LLMContextAggregatorPair,
     LLMUserAggregatorParams,
 )
-from pipecat.processors.audio.vad_processor import VADProcessor
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.transports.base_transport import BaseTransport
@@ -91,7 +90,7 @@ from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.pipeline.tts import StreamingTTSService
 from agent.pipeline.tts_fallback import Fallback, TTSFallbackAdapter
 from agent.pipeline.turns import CallProcessors, TranscriptListener, TurnLedger
-from agent.pipeline.vad import create_vad_analyzer
+from agent.pipeline.vad import CallerVAD, create_vad_analyzer
 from agent.store.database import StoreWriter
 
 logger = logging.getLogger(__name__)
@@ -233,10 +232,10 @@ class Call:
         self._line: tuple[FrameProcessor, ...] = ()
 
     def _build(self, turn_analyzer: SmartTurnAnalyzer) -> tuple[PipelineWorker, TurnLedger]:
-        settings, models = self._ctx.settings, self._ctx.models
-        vad = VADProcessor(vad_analyzer=create_vad_analyzer(settings))
+        settings = self._ctx.settings
+        vad = CallerVAD(vad_analyzer=create_vad_analyzer(settings))
         stt = StreamingSTTService(
-            url=models.stt_url,
+            url=self._ctx.models.stt_url,
             session=self._ctx.sessions.session("stt"),
             call_id=self.id,
             texts=self._ctx.prompts.templates,  # what the caller hears if it is lost
@@ -245,26 +244,7 @@ class Call:
         # Card digits read aloud stop right after the STT: the caller is told not to, and
         # the digits reach no context, ledger or recording (rule C11, agent/pipeline/card_guard.py).
         cards = CardGuard.for_call(self.policy, self._ctx.prompts.templates, self._record_event)
-        # With the policy behind it, the LLM server must begin to answer within the phrasing
-        # deadline: a dead or hung one costs the caller that, not the client's retries.
-        phrasing_deadline_s = settings.llm_phrase_deadline_ms / 1000.0
-        # With the policy's templates (LLM_MODE=templates) no turn asks the LLM: it is left
-        # out of the pipeline, and no frame pays the hop through it.
-        llm: ChatCompletionsLLMService | None = None
-        if self.policy is None or settings.llm_mode != "templates":
-            llm = ChatCompletionsLLMService(
-                sessions=self._ctx.sessions,
-                base_url=models.llm_url,
-                api_key=settings.llm_api_key,
-                model=settings.llm_model,
-                max_tokens=settings.llm_max_tokens,
-                system_instruction=self._ctx.prompts.system,
-                answer_timeout_s=phrasing_deadline_s
-                if settings.llm_mode == "phrase" and self.policy is not None
-                else None,
-                on_event=self._record_event,
-            )
-        llms: tuple[FrameProcessor, ...] = () if llm is None else (llm,)
+        llm = self._build_llm()
         tts = self._build_tts()
         context = LLMContext(messages=cast(Any, self._ctx.prompts.example_messages()))
         aggregators = LLMContextAggregatorPair(
@@ -287,42 +267,12 @@ class Call:
             playout = Playout(on_transcript=self._on_transcript)
             playout.attach(output)
             tts.playout = playout
-        thinkers = llms
-        guard: list[FrameProcessor] = []
-        if self.policy is not None:
-            phrasing = (
-                Phrasing(
-                    self.policy,
-                    self._ctx.prompts.turn,
-                    deadline_s=phrasing_deadline_s,
-                )
-                if settings.llm_mode == "phrase"
-                else None
-            )
-            self._policy_processor = PolicyProcessor(
-                self.policy, self._record_event, phrasing, playout=playout
-            )
-            thinkers = (self._policy_processor, *llms)
-            if phrasing is not None and llm is not None:
-                phrasing.abandon = llm.abandon  # a request past its deadline is given up
-                if settings.llm_speculation:
-                    speculation = Speculation(self.policy, phrasing, context, llm)
-                    stt.listener = cards.listening(speculation)
-                    self._policy_processor.speculation = speculation
-            guard = [GuardProcessor(self.policy, self._record_event, phrasing=phrasing)]
-        # The recording taps the caller's audio after the policy, which judges the words
-        # first (rule C11), and the agent's as it is played (agent/pipeline/recording.py).
-        rate = self._sample_rate or settings.audio_in_sample_rate
-        self._recorder = recorder_for(self.id, settings, self.policy, self._record_event, rate)
-        recorder = self._recorder
-        heard = DropAudio(
-            InputAudioRawFrame, self._watching(recorder.tap("caller") if recorder else None)
-        )
-        said = DropAudio(
-            OutputAudioRawFrame, self._watching(recorder.tap("agent") if recorder else None)
-        )
+        thinkers, guard = self._build_thinkers(stt, cards, llm, context, playout)
+        heard, said = self._build_taps()
         line_in = self._transport.input()
         self._line = (line_in, output)
+        # The caller's audio goes as far as its last reader, the recording's tap after the
+        # policy (``heard``); the agent's from the TTS to the line and its tap (``said``).
         pipeline = Pipeline(
             [
                 line_in,
@@ -348,6 +298,77 @@ class Call:
             on_transcript=self._on_transcript,
             playout=playout,
         )
+        return self._build_worker(pipeline, ledger), ledger
+
+    def _build_llm(self) -> ChatCompletionsLLMService | None:
+        """The LLM, unless the policy's templates (``LLM_MODE=templates``) answer every turn:
+        then it is left out of the pipeline, and no frame pays the hop through it."""
+        settings = self._ctx.settings
+        if self.policy is not None and settings.llm_mode == "templates":
+            return None
+        # With the policy behind it, the LLM server must begin to answer within the phrasing
+        # deadline: a dead or hung one costs the caller that, not the client's retries.
+        phrasing = settings.llm_mode == "phrase" and self.policy is not None
+        return ChatCompletionsLLMService(
+            sessions=self._ctx.sessions,
+            base_url=self._ctx.models.llm_url,
+            api_key=settings.llm_api_key,
+            model=settings.llm_model,
+            max_tokens=settings.llm_max_tokens,
+            system_instruction=self._ctx.prompts.system,
+            answer_timeout_s=settings.llm_phrase_deadline_ms / 1000.0 if phrasing else None,
+            on_event=self._record_event,
+        )
+
+    def _build_thinkers(
+        self,
+        stt: StreamingSTTService,
+        cards: CardGuard,
+        llm: ChatCompletionsLLMService | None,
+        context: LLMContext,
+        playout: Playout | None,
+    ) -> tuple[tuple[FrameProcessor, ...], list[FrameProcessor]]:
+        """What composes the reply (the policy, then the LLM) and the output guard after it."""
+        llms: tuple[FrameProcessor, ...] = () if llm is None else (llm,)
+        if self.policy is None:
+            return llms, []
+        settings = self._ctx.settings
+        phrasing = None
+        if settings.llm_mode == "phrase":
+            deadline_s = settings.llm_phrase_deadline_ms / 1000.0
+            phrasing = Phrasing(self.policy, self._ctx.prompts.turn, deadline_s=deadline_s)
+        self._policy_processor = PolicyProcessor(
+            self.policy, self._record_event, phrasing, playout=playout
+        )
+        if phrasing is not None and llm is not None:
+            phrasing.abandon = llm.abandon  # a request past its deadline is given up
+            if settings.llm_speculation:
+                speculation = Speculation(self.policy, phrasing, context, llm)
+                stt.listener = cards.listening(speculation)
+                self._policy_processor.speculation = speculation
+        guard = GuardProcessor(self.policy, self._record_event, phrasing=phrasing)
+        return (self._policy_processor, *llms), [guard]
+
+    def _build_taps(self) -> tuple[DropAudio, DropAudio]:
+        """Where each side's audio ends, with the recording's and the silence limit's taps.
+
+        The recording taps the caller's audio after the policy, which judges the words
+        first (rule C11), and the agent's as it is played (agent/pipeline/recording.py)."""
+        rate = self._sample_rate or self._ctx.settings.audio_in_sample_rate
+        self._recorder = recorder_for(
+            self.id, self._ctx.settings, self.policy, self._record_event, rate
+        )
+        recorder = self._recorder
+        heard = DropAudio(
+            InputAudioRawFrame, self._watching(recorder.tap("caller") if recorder else None)
+        )
+        said = DropAudio(
+            OutputAudioRawFrame, self._watching(recorder.tap("agent") if recorder else None)
+        )
+        return heard, said
+
+    def _build_worker(self, pipeline: Pipeline, ledger: TurnLedger) -> PipelineWorker:
+        settings = self._ctx.settings
         worker = PipelineWorker(
             pipeline,
             params=PipelineParams(
@@ -369,7 +390,7 @@ class Call:
         async def _on_pipeline_error(_worker: PipelineWorker, frame: ErrorFrame) -> None:
             await self._line_failed(frame)
 
-        return worker, ledger
+        return worker
 
     def _watching(
         self, tap: Callable[[Frame], Awaitable[None]] | None

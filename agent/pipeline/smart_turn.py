@@ -15,6 +15,10 @@ CPU, whatever the turn's length) takes only the time the calls leave on the core
 of the worker's threads that wakes takes the core from it at once. As an ordinary process
 it kept the worker's event loop waiting for its slice to end (up to a 4 ms kernel tick),
 and the calls' audio with it (``bench capacity``, measured with ``perf sched``).
+
+The decisions of all the worker's calls are batched (``Decisions``): those asked for while
+the helper is busy go to it together, as one run of the one ONNX session, whose cost grows
+much less than its batch (``python -m tools.bench_smart_turn``, docs/benchmarks/smart-turn.md).
 """
 
 from __future__ import annotations
@@ -25,15 +29,26 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 import numpy as np
+import soxr
 from pipecat.audio.turn.smart_turn.base_smart_turn import BaseSmartTurn
-from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
+from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import (
+    LocalSmartTurnAnalyzerV3,
+    compute_whisper_log_mel_features,
+)
 
 logger = logging.getLogger(__name__)
+
+#: What the model hears of a turn: its last 8 s at 16 kHz, zeros before a shorter one.
+MODEL_RATE = 16000
+MODEL_SAMPLES = 8 * MODEL_RATE
+#: The most decisions in one run of the model.
+MAX_BATCH = 64
 
 
 @functools.cache
@@ -42,11 +57,22 @@ def _model(sample_rate: int) -> LocalSmartTurnAnalyzerV3:
     return LocalSmartTurnAnalyzerV3(sample_rate=sample_rate)
 
 
-def _predict(audio: np.ndarray, sample_rate: int) -> dict[str, Any]:
-    """In the helper process: pipecat's own prediction for one turn's audio."""
-    model = _model(sample_rate)
-    model.set_sample_rate(sample_rate)
-    return model._predict_endpoint(audio)
+def _features(audio: np.ndarray, sample_rate: int) -> np.ndarray:
+    """In the helper process: the model's input for one turn, as pipecat's analyzer makes it."""
+    if sample_rate != MODEL_RATE:
+        audio = soxr.resample(audio, sample_rate, MODEL_RATE, quality="HQ")
+    audio = audio[-MODEL_SAMPLES:]
+    audio = np.pad(audio, (MODEL_SAMPLES - len(audio), 0))
+    return compute_whisper_log_mel_features(audio, do_normalize=True)
+
+
+def _predict(audios: Sequence[np.ndarray], sample_rates: Sequence[int]) -> list[dict[str, Any]]:
+    """In the helper process: the decisions on several turns, one run of the model."""
+    features = np.stack([_features(a, r) for a, r in zip(audios, sample_rates, strict=True)])
+    (probabilities,) = _model(MODEL_RATE)._session.run(None, {"input_features": features})
+    return [
+        {"prediction": 1 if p > 0.5 else 0, "probability": float(p)} for p in probabilities[:, 0]
+    ]
 
 
 @functools.cache
@@ -91,9 +117,70 @@ def shutdown() -> None:
         helper.cache_clear()
 
 
+def _run_in_helper(audios: list[np.ndarray], rates: list[int]) -> list[dict[str, Any]]:
+    try:
+        return helper().submit(_predict, audios, rates).result()
+    except BrokenProcessPool:  # the helper died (killed, out of memory): a new one
+        logger.warning("the smart-turn process died; starting another")
+        helper.cache_clear()
+        return helper().submit(_predict, audios, rates).result()
+
+
+class Decisions:
+    """The end-of-turn decisions of all of a worker's calls, batched.
+
+    A call's analyzer asks from its own thread and waits. The first request starts a run
+    of the helper at once; requests that come while it runs wait for it and then go
+    together, up to ``max_batch``: with one call nothing waits for company, and under
+    load a batch costs the helper far less than its decisions one by one.
+    """
+
+    def __init__(self, max_batch: int = MAX_BATCH) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.max_batch = max_batch
+        self._lock = threading.Lock()
+        self._pending: list[tuple[np.ndarray, int, Future[dict[str, Any]]]] = []
+        self._running = False
+
+    def decide(self, audio: np.ndarray, sample_rate: int) -> dict[str, Any]:
+        """pipecat's ``{"prediction", "probability"}`` for one turn's audio (blocking)."""
+        future: Future[dict[str, Any]] = Future()
+        with self._lock:
+            self._pending.append((audio, sample_rate, future))
+            lead = not self._running
+            self._running = True
+        if lead:
+            # A thread runs batches until none is waiting, then ends: an idle worker has none.
+            threading.Thread(target=self._drain, name="smart-turn-batches", daemon=True).start()
+        return future.result()
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+                if not batch:
+                    self._running = False
+                    return
+            audios, rates, futures = (list(column) for column in zip(*batch, strict=True))
+            try:
+                results = _run_in_helper(audios, rates)
+            except Exception as e:
+                for future in futures:
+                    future.set_exception(e)
+                continue
+            for future, result in zip(futures, results, strict=True):
+                future.set_result(result)
+
+
+#: The worker's one batcher, shared by its calls.
+DECISIONS = Decisions()
+
+
 def warm_up(sample_rate: int) -> None:
     """Start the helper and load the model before the first call needs it (~2 s)."""
-    helper().submit(_predict, np.zeros(sample_rate // 10, dtype=np.float32), sample_rate).result()
+    DECISIONS.decide(np.zeros(sample_rate // 10, dtype=np.float32), sample_rate)
 
 
 class SmartTurnAnalyzer(LocalSmartTurnAnalyzerV3):
@@ -105,11 +192,4 @@ class SmartTurnAnalyzer(LocalSmartTurnAnalyzerV3):
 
     def _predict_endpoint(self, audio_array: np.ndarray) -> dict[str, Any]:
         # Called in the analyzer's own thread: it waits here without holding the GIL.
-        rate = self._sample_rate or 16000
-        try:
-            result: dict[str, Any] = helper().submit(_predict, audio_array, rate).result()
-        except BrokenProcessPool:  # the helper died (killed, out of memory): a new one
-            logger.warning("the smart-turn process died; starting another")
-            helper.cache_clear()
-            result = helper().submit(_predict, audio_array, rate).result()
-        return result
+        return DECISIONS.decide(audio_array, self._sample_rate or MODEL_RATE)

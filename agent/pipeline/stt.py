@@ -4,7 +4,9 @@ The websocket is opened when the call starts, so the first turn pays no
 handshake. Audio is streamed while the caller speaks (plus a short pre-roll,
 because the VAD confirms speech only after ``start_secs``); when the VAD says
 the caller stopped, a ``finalize`` asks for the transcript of the utterance at
-once instead of waiting for a server-side endpointer.
+once instead of waiting for a server-side endpointer. The caller's pauses before that
+(``agent.pipeline.vad.CallerVAD``) are passed on as ``pause``/``resume``: the server
+decodes the utterance during the pause, and the final is ready when the VAD stops.
 
 If the stream is lost in the middle of the call (the server died, restarted or
 closed it after an error) the caller must not go on talking to no one
@@ -57,6 +59,7 @@ from pipecat.utils.time import time_now_iso8601
 from agent.conversation.redaction import redact_card_numbers
 from agent.conversation.replies import PolicyEvent
 from agent.pipeline.usage import report_compute, reported_seconds
+from agent.pipeline.vad import VADUserPausedFrame, VADUserResumedFrame
 
 logger = logging.getLogger(__name__)
 
@@ -417,7 +420,23 @@ class StreamingSTTService(STTService):
         except (ConnectionError, aiohttp.ClientError) as e:
             await self._lose(f"send failed: {_describe(e)}")
 
+    async def _send_hint(self, kind: str) -> None:
+        """Tell the server the caller paused or resumed: it may decode ahead (only a hint)."""
+        if not self._speaking or self._discarding or (ws := self._ws) is None or ws.closed:
+            return
+        try:
+            await ws.send_str(json.dumps({"type": kind}))
+        except (ConnectionError, aiohttp.ClientError) as e:
+            await self._lose(f"send failed: {_describe(e)}")
+
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        # The pause hints are for the server alone: no later processor reads them.
+        if isinstance(frame, VADUserPausedFrame):
+            await self._send_hint("pause")
+            return
+        if isinstance(frame, VADUserResumedFrame):
+            await self._send_hint("resume")
+            return
         if isinstance(frame, VADUserStartedSpeakingFrame):
             self._speaking = True
             if self.listener is not None:

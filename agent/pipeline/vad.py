@@ -3,20 +3,53 @@
 webrtcvad needs no model file and costs microseconds per 20 ms frame, which
 matters when one process carries many calls; pipecat's bundled Silero model is
 the more robust choice in noise and is one setting away.
+
+The caller's pauses are announced before the VAD's stop (``CallerVAD``): the STT decodes
+the utterance while the VAD is still counting the silence that ends it
+(``agent.pipeline.stt``), so the final is ready at the stop rather than ~0.2 s after it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import webrtcvad
 from pipecat.audio.vad.silero import SileroVADAnalyzer
 from pipecat.audio.vad.vad_analyzer import VADAnalyzer, VADParams, VADState
+from pipecat.frames.frames import Frame, InputAudioRawFrame, SystemFrame
+from pipecat.processors.audio.vad_processor import VADProcessor
+from pipecat.processors.frame_processor import FrameDirection
 
 from agent.config import Settings
 
 WEBRTC_SAMPLE_RATES = (8000, 16000, 32000, 48000)
+#: How long the caller must have been quiet (by the VAD) before the pause is announced: a
+#: gap between two words is shorter, and each announcement costs a speculative decode.
+PAUSE_SECS = 0.06
 
 
-class WebRTCVADAnalyzer(VADAnalyzer):
+@dataclass
+class VADUserPausedFrame(SystemFrame):
+    """The caller has been quiet for ``PAUSE_SECS`` after speech: if nothing voiced follows
+    until the VAD's stop, the utterance is the audio so far."""
+
+
+@dataclass
+class VADUserResumedFrame(SystemFrame):
+    """The caller spoke again after a ``VADUserPausedFrame``, before the VAD's stop."""
+
+
+class WatchedState:
+    """An analyzer whose state after the last frame can be read (for ``CallerVAD``)."""
+
+    _vad_state: VADState
+
+    @property
+    def state(self) -> VADState:
+        return self._vad_state
+
+
+class WebRTCVADAnalyzer(WatchedState, VADAnalyzer):
     """A pipecat ``VADAnalyzer`` over webrtcvad; confidence is 1.0 (voiced) or 0.0."""
 
     frame_ms = 20
@@ -53,9 +86,50 @@ class WebRTCVADAnalyzer(VADAnalyzer):
         return 1.0 if self._vad.is_speech(buffer, self.sample_rate) else 0.0
 
 
-def create_vad_analyzer(settings: Settings) -> VADAnalyzer:
+class SileroAnalyzer(WatchedState, SileroVADAnalyzer):
+    """pipecat's Silero analyzer, its state readable."""
+
+
+class CallerVAD(VADProcessor):
+    """pipecat's VAD processor that also announces the caller's pauses and resumptions.
+
+    pipecat reports the caller's stop only once ``stop_secs`` of unvoiced audio has
+    passed. A pause of ``pause_secs`` is pushed as ``VADUserPausedFrame`` in the audio's
+    order; voice before the stop (the analyzer back to SPEAKING) as ``VADUserResumedFrame``.
+    The analyzer leaves STOPPING for QUIET only through unvoiced frames, so an announced
+    pause not followed by a resumption covers all the voiced audio of the utterance.
+    """
+
+    def __init__(
+        self, *, vad_analyzer: WebRTCVADAnalyzer | SileroAnalyzer, pause_secs: float = PAUSE_SECS
+    ) -> None:
+        super().__init__(vad_analyzer=vad_analyzer)
+        self._analyzer = vad_analyzer
+        self._pause_secs = pause_secs
+        self._quiet_s = 0.0
+        self._paused = False
+
+    async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
+        await super().process_frame(frame, direction)
+        if not isinstance(frame, InputAudioRawFrame):
+            return
+        state = self._analyzer.state
+        if state is VADState.STOPPING:
+            self._quiet_s += len(frame.audio) / (2 * frame.num_channels * frame.sample_rate)
+            if not self._paused and self._quiet_s >= self._pause_secs:
+                self._paused = True
+                await self.push_frame(VADUserPausedFrame())
+            return
+        self._quiet_s = 0.0
+        if self._paused:
+            self._paused = False
+            if state is VADState.SPEAKING:
+                await self.push_frame(VADUserResumedFrame())
+
+
+def create_vad_analyzer(settings: Settings) -> WebRTCVADAnalyzer | SileroAnalyzer:
     """The analyzer ``settings.vad`` names, with the configured start/stop times."""
     params = VADParams(start_secs=settings.vad_start_secs, stop_secs=settings.vad_stop_secs)
     if settings.vad == "silero":
-        return SileroVADAnalyzer(params=params)
+        return SileroAnalyzer(params=params)
     return WebRTCVADAnalyzer(aggressiveness=settings.vad_aggressiveness, params=params)
