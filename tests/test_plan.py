@@ -22,7 +22,7 @@ from agent.ledger.plan import chosen_configuration, plan, predict
 from agent.ledger.plan_command import run_plan_command
 from agent.ledger.plan_report import render
 from agent.ledger.pricebook import PriceBook
-from agent.ledger.production import production_profile
+from agent.ledger.production import Production, production_profile
 from agent.ledger.records import TurnRecord
 from agent.ledger.stage_profiles import (
     ProfileError,
@@ -751,6 +751,13 @@ def test_plan_from_db_prices_the_calls_we_had(
     assert "1 older turns left out" in shown
     assert "| stt | 15.00 audio s | 30 audio_s_per_s |" in shown
     assert "| agent speech | 300 characters | - |" in shown
+    # Our own part (endpointing, overhead) is production's, measured with the models placed
+    # alike, no longer the benchmark's.
+    assert (
+        "| overhead | agent worker (production, PRICE_PROFILE gpu) | measured | 6 | 10 |" in shown
+    )
+    assert "| overhead | agent worker | measured |" not in shown
+    assert "| endpointing | VAD + smart-turn |" not in shown
     # The production turns are a measured option beside the benchmarks' ...
     assert "| stt | whisper-prod (production, PRICE_PROFILE gpu) | measured | 6 | 100 | 300 |" in (
         shown
@@ -823,3 +830,18 @@ def test_plan_from_db_reads_database_url(tmp_path: Path, profiles: Path, book_pa
     )
     assert done.returncode == 2, done.stdout
     assert "cannot plan: the database holds no ended call since" in done.stderr
+
+
+def test_a_stage_the_calls_did_not_use_is_priced_per_minute() -> None:
+    """Calls that sent the LLM nothing (the templates) say nothing of what an LLM would use."""
+    templates = Production(
+        NOW - dt.timedelta(days=1),
+        NOW,
+        "gpu",
+        False,
+        calls=1,
+        minutes=1.0,
+        used={("stt", "audio_second"): (12.0, 1.0), ("llm", "1k_completion_tokens"): (0.0, 1.0)},
+    )
+    assert templates.counted("stt") and not templates.counted("llm")
+    assert not templates.counted("tts")  # no line at all

@@ -78,6 +78,7 @@ from agent.ledger.pricebook import (
 )
 from agent.ledger.production import Production
 from agent.ledger.stage_profiles import (
+    AGENT_STAGES,
     DEFAULT_PROFILES,
     MODEL_STAGES,
     REPORTS,
@@ -484,7 +485,7 @@ def plan_from_files(
     directory = Path(profiles_dir) if profiles_dir is not None else DEFAULT_PROFILES
     profiles = load_profiles(directory)
     if production is not None:
-        profiles.append(production)
+        profiles = [_agent_stages_from(production, p) for p in profiles] + [production]
     book = PriceBook.load(price_book)
     return plan(
         profiles,
@@ -496,6 +497,14 @@ def plan_from_files(
         notes=_gpu_note(directory),
         production=usage,
     )
+
+
+def _agent_stages_from(production: Profile, profile: Profile) -> Profile:
+    """``profile`` less the agent stages (endpointing, overhead) that production measured
+    with its models placed alike: the calls we had are the better measure of our own part."""
+    measured = {(o.stage, o.colocated) for o in production.options if o.stage in AGENT_STAGES}
+    kept = tuple(o for o in profile.options if (o.stage, o.colocated) not in measured)
+    return dataclasses.replace(profile, options=kept)
 
 
 def chosen_configuration(

@@ -319,7 +319,7 @@ def _production(production: Production, transport: str) -> list[str]:
     usage = production.minute_usage(transport)
     for stage in MODEL_STAGES:
         if not production.counted(stage):
-            out.append(f"| {stage} | not counted (priced per call minute) | - |")
+            out.append(f"| {stage} | none counted (priced per call minute) | - |")
             continue
         name, _ = THROUGHPUT_LINES[stage]
         rate = production.throughput(stage)

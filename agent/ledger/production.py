@@ -116,8 +116,10 @@ class Production:
         return quantity / minutes if minutes > 0 else None
 
     def counted(self, stage: str) -> bool:
-        """Whether the calls' lines say what ``stage`` used (else it is priced per minute)."""
-        return any(c == stage and m > 0 for (c, _), (_, m) in self.used.items())
+        """Whether the calls' lines say what ``stage`` used, and it was some use: calls
+        that sent the LLM nothing (the templates) say nothing of what an LLM would use, so
+        the stage is priced per minute, as without them."""
+        return any(c == stage and q > 0 and m > 0 for (c, _), (q, m) in self.used.items())
 
     def minute_usage(self, transport: str) -> CallUsage:
         """One connected minute of these calls' use, as :func:`price_call` prices it."""
