@@ -13,9 +13,12 @@ from agent import logs
 from agent.config import ConfigError, Settings
 
 if TYPE_CHECKING:
+    import datetime as dt
+    from collections.abc import Callable
     from types import ModuleType
 
     from agent.campaigns.dialer import Campaign, CampaignReport
+    from agent.ledger.production import Production
 
 #: The commands whose code is in tools/: a checkout's, not the package's or the image's.
 TOOL_COMMANDS = ("simulate", "demo-data", "bench")
@@ -99,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the trunk to dial through (default: $SIP_TRUNK)",
     )
 
-    from agent.ledger.plan import add_plan_parser
+    from agent.ledger.plan_command import add_plan_parser
 
     add_plan_parser(commands)
     tool_commands = _tools()
@@ -166,9 +169,9 @@ def _command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "portfolio":
         return _import_portfolio(settings, args.file)
     if args.command == "plan":
-        from agent.ledger.plan import run_plan_command
+        from agent.ledger.plan_command import run_plan_command
 
-        status, shown = run_plan_command(args)
+        status, shown = run_plan_command(args, _production_reader(settings))
         print(shown, file=sys.stdout if status != 2 else sys.stderr)
         return status
     if args.command == "users":
@@ -182,6 +185,17 @@ def _command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "dial":
         return _dial(settings, args)
     return 2
+
+
+def _production_reader(settings: Settings) -> Callable[[dt.datetime, dt.datetime], Production]:
+    """``plan --from-db``'s reading of DATABASE_URL (the store, imported when asked)."""
+
+    def read(since: dt.datetime, until: dt.datetime) -> Production:
+        from agent.store.production import read_production
+
+        return read_production(settings, since, until)
+
+    return read
 
 
 def _import_portfolio(settings: Settings, path: Path) -> int:

@@ -26,6 +26,7 @@ import schemathesis
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
+from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from schemathesis.checks import not_a_server_error
 from schemathesis.pytest.lazy import get_all_tests
@@ -372,6 +373,15 @@ async def test_costs_and_kpis_are_the_dashboards_figures(api):
         d for d in costs["days"] if d["day"] == (NOW - dt.timedelta(hours=2)).date().isoformat()
     )
     assert today["by_component"]["tts_fallback"] == pytest.approx(0.01 / today["minutes"])
+    # Both match their schemas in the served document, which lists every field they hold
+    # (DayCost, Kpis and Costs are closed: a field added to a response must be described).
+    document = await get_json(client, "/api/openapi.json")
+    for body, name in ((ours, "Kpis"), (costs, "Costs")):
+        schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+        errors = list(Draft202012Validator(schema).iter_errors(body))
+        assert not errors, [f"{list(e.absolute_path)}: {e.message}" for e in errors]
+    assert {"provisioned_usd_per_minute", "utilization", "declared_usd"} <= set(today)
+    assert {"provisioned_usd_per_minute", "declared_share", "owner_kpis"} <= set(ours)
     # Without a range: the last 30 days, as the dashboard.
     default = await get_json(client, f"{PREFIX}/costs")
     assert default["to"] == TODAY.isoformat()

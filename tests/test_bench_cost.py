@@ -1,8 +1,13 @@
 """bench cost's arithmetic on made-up priced calls (the calls themselves need the CPU models)."""
 
+from pathlib import Path
+
 import pytest
 
 from agent.ledger.pricebook import CallUsage, PriceBook, price_call
+from agent.ledger.records import TurnRecord
+from agent.ledger.stage_profiles import load_profile, write_profile
+from agent.ledger.throughput import MEASURED, measured
 from tools.bench_cost import CostBench, PricedCall, accounting_overhead
 
 
@@ -20,7 +25,12 @@ def bench() -> CostBench:
             tts_compute_s=2.0,
             worker_cpu_s=3.0,
         )
-        calls.append(PricedCall(duration / 60, price_call(book, "embedded-cpu", usage).lines))
+        turns = [
+            TurnRecord(call_id="c" * 32, number=n, stt_ms=400.0 + n, tts_ttfb_ms=90.0 + n)
+            for n in range(3)
+        ]
+        lines = price_call(book, "embedded-cpu", usage).lines
+        calls.append(PricedCall(duration / 60, lines, turns))
     return CostBench(book, "embedded-cpu", calls, wall_s=360.0)
 
 
@@ -50,3 +60,21 @@ def test_the_report_has_every_component_and_the_overhead(bench: CostBench) -> No
     for component in ("telephony", "stt", "llm", "tts", "tts_fallback", "worker", "**total**"):
         assert f"| {component} |" in report
     assert "| stt audio_s_per_s |" in report and "under the 1 % budget" in report
+
+
+def test_the_measured_throughputs_are_a_profile_the_price_book_can_name(
+    bench: CostBench, tmp_path: Path
+) -> None:
+    models = {"stt": "whisper", "llm": "gemma", "tts": "piper"}
+    document = bench.stage_profile(models, "a test machine", "python -m agent bench cost")
+    path = write_profile(document, tmp_path / "cost.json")  # valid for the planner too
+    profile = load_profile(path)
+    # The LLM sent no request (the templates): no option, so the book keeps its declared one.
+    assert [o.stage for o in profile.options] == ["stt", "tts"]
+    tts = profile.options[1]
+    assert tts.config == "piper (embedded-cpu), simulated calls" and tts.concurrency == 1
+    assert tts.samples == 6 and tts.p50 == 91.0 and tts.colocated
+    assert tts.throughput["audio_s_per_s"] == pytest.approx(10.0)
+    figure = measured("cost", "tts", "audio_s_per_s", concurrency=1, directory=tmp_path)
+    assert (figure.per_s, figure.basis) == (pytest.approx(10.0), MEASURED)
+    assert "cost.json: piper (embedded-cpu), simulated calls, 1 at once" in figure.source

@@ -56,7 +56,7 @@ def amounts(cost: Any) -> dict[str, float]:
 
 
 def test_the_shipped_book(book: PriceBook) -> None:
-    assert book.version == "2026-12-06"
+    assert book.version == "2026-12-07"
     assert book.currency == "USD"
     assert book.target_usd_per_minute == 0.04
     assert book.compute_usd_per_hour == {"h100": 2.49, "h200": 3.50, "cpu-2core": 0.10}
@@ -68,7 +68,7 @@ def test_the_shipped_book(book: PriceBook) -> None:
 
 def test_loads_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    assert PriceBook.load().version == "2026-12-06"
+    assert PriceBook.load().version == "2026-12-07"
 
 
 def test_the_embedded_stt_is_priced_from_its_measured_throughput(book: PriceBook) -> None:
@@ -84,6 +84,22 @@ def test_the_embedded_stt_is_priced_from_its_measured_throughput(book: PriceBook
     price, _ = book.unit_price("embedded-cpu", "stt", "audio_s_per_s")
     # $0.10/h over (audio seconds per second x 50 % utilization) x 3600 s.
     assert price == pytest.approx(0.10 / 3600 / (stt.per_s * 0.5))
+
+
+def test_the_embedded_tts_is_priced_from_bench_costs_throughput(book: PriceBook) -> None:
+    tts = book.profile("embedded-cpu")["tts"].throughput["audio_s_per_s"]
+    profile = json.loads((ROOT / "agent/ledger/profiles/cost.json").read_text())
+    [option] = [o for o in profile["options"] if o["stage"] == "tts"]
+    assert (tts.per_s, tts.basis) == (option["throughput"]["audio_s_per_s"], MEASURED)
+    assert "agent/ledger/profiles/cost.json" in tts.source
+    # What stays declared in the embedded profile: the LLM's two throughputs.
+    declared = [
+        (stage, key)
+        for stage, placement in book.profile("embedded-cpu").items()
+        for key, figure in placement.throughput.items()
+        if figure.basis == DECLARED
+    ]
+    assert declared == [("llm", "prompt_tokens_per_s"), ("llm", "completion_tokens_per_s")]
 
 
 def test_a_call_is_priced_by_what_it_used(book: PriceBook) -> None:
@@ -114,7 +130,7 @@ def test_a_call_is_priced_by_what_it_used(book: PriceBook) -> None:
     assert prompt.basis == DECLARED
     assert by_unit["llm", "1k_completion_tokens"].compute_s == 4.0
     tts = by_unit["tts", "audio_second"]
-    assert (tts.quantity, tts.basis) == (40.0, DECLARED)
+    assert (tts.quantity, tts.basis) == (40.0, MEASURED)  # bench cost's cost.json
     worker = by_unit["worker", "cpu_second"]
     # A CPU second is half a 2-core VM's second, at 50 % utilization.
     assert worker.unit_price_usd == pytest.approx(0.10 / 3600 / 2 / 0.5)
@@ -122,10 +138,11 @@ def test_a_call_is_priced_by_what_it_used(book: PriceBook) -> None:
     assert by_unit["telephony", "minute"].amount_usd == pytest.approx(0.009)
     assert cost.total_usd == pytest.approx(math.fsum(line.amount_usd for line in cost.lines))
     assert cost.per_minute_usd == pytest.approx(cost.total_usd / 2)
+    # Only the LLM rests on declared figures: the templates leave Gemma unmeasured.
     assert cost.declared_usd == pytest.approx(
-        prompt.amount_usd + by_unit["llm", "1k_completion_tokens"].amount_usd + tts.amount_usd
+        prompt.amount_usd + by_unit["llm", "1k_completion_tokens"].amount_usd
     )
-    assert cost.price_book_version == "2026-12-06"
+    assert cost.price_book_version == "2026-12-07"
     assert cost.within_target
 
 

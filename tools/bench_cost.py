@@ -8,6 +8,12 @@ as the calls took, idle included: the utilization this bench achieves), the old 
 price per call minute for the same calls, and the throughput the servers' own compute
 reports imply beside the one the book prices with. It also times the accounting's work on
 the per-frame path against the worker's CPU per call (it must stay under 1 %).
+
+It writes those throughputs as a stage profile (``--profile``, by default
+``agent/ledger/profiles/cost.json`` for the report in docs/benchmarks/): per stage whose
+servers reported compute, the throughput, with the calls' turns' latency for that stage
+as its samples (so the planner reads it as any measured option). The price book names it,
+``{ measured = "cost", concurrency = 1 }``, so a rerun reprices the next book version.
 """
 
 from __future__ import annotations
@@ -28,6 +34,13 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from agent.config import Settings
 from agent.ledger.cpu import WorkerCpu
 from agent.ledger.pricebook import SELF_HOSTED_STAGES, WORKER, CostLineItem, PriceBook
+from agent.ledger.records import TurnRecord
+from agent.ledger.stage_profiles import (
+    profile_document,
+    profile_path_for,
+    stage_option,
+    write_profile,
+)
 from agent.pipeline.turns import CallProcessors, TurnLedger
 from agent.pipeline.usage import ComputeUsageMetricsData
 
@@ -41,6 +54,8 @@ MEASURED_FROM = {
     "llm": ("completion_tokens_per_s", "1k_completion_tokens"),
     "tts": ("audio_s_per_s", "audio_second"),
 }
+#: Each stage's latency part of a turn: the samples of its profile option.
+LATENCY_PART = {"stt": "stt_ms", "llm": "llm_ttft_ms", "tts": "tts_ttfb_ms"}
 
 
 def add_cost_parser(benches: Any) -> None:
@@ -53,6 +68,14 @@ def add_cost_parser(benches: Any) -> None:
     )
     parser.add_argument("--calls", type=int, default=4, help="simulated calls (>= 1)")
     parser.add_argument("--output", default="docs/benchmarks/cost.md", help="where to write")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="FILE",
+        help="where to write the measured throughputs as a stage profile (default: "
+        "agent/ledger/profiles/cost.json for a report in docs/benchmarks/, else "
+        "profiles/cost.json beside it)",
+    )
 
 
 def run_cost_command(args: argparse.Namespace, settings: Settings) -> int:
@@ -64,7 +87,7 @@ def run_cost_command(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     book = PriceBook.load(settings.price_book)
     started = time.monotonic()
-    calls = asyncio.run(_simulate(settings, args.calls))
+    calls, models = asyncio.run(_simulate(settings, args.calls))
     wall_s = time.monotonic() - started
     bench = CostBench(book, settings.price_profile, calls, wall_s)
     overhead = accounting_overhead(
@@ -72,18 +95,27 @@ def run_cost_command(args: argparse.Namespace, settings: Settings) -> int:
         frames_per_call=bench.quantity["tts", "audio_second"] / len(calls) / FRAME_S,
         reports_per_call=60.0 * bench.minutes / len(calls),  # one a second: an upper bound
     )
-    report = bench.report(overhead, _machine(), args.calls)
+    machine = _machine()
+    report = bench.report(overhead, machine, args.calls)
     print(report)
-    return _write_report(args.output, report)
+    _write_report(args.output, report)
+    profile = bench.stage_profile(
+        models, machine, f"python -m agent bench cost --calls {args.calls}"
+    )
+    path = write_profile(profile, args.profile or profile_path_for(args.output))
+    print(f"wrote {path}")
+    return 0
 
 
 @dataclass
 class PricedCall:
     minutes: float
     lines: list[CostLineItem] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
 
 
-async def _simulate(settings: Settings, count: int) -> list[PricedCall]:
+async def _simulate(settings: Settings, count: int) -> tuple[list[PricedCall], dict[str, str]]:
+    """The calls, priced, and the models that served them, by stage."""
     from agent.conversation.scenarios import builtin_scenarios
     from agent.runtime.context import AgentRuntime
     from tools.simulate import CallerVoice, simulate_call
@@ -97,13 +129,18 @@ async def _simulate(settings: Settings, count: int) -> list[PricedCall]:
             summary = (await simulate_call(ctx, scenario, voice)).summary
             if summary.cost is None:
                 raise RuntimeError(f"call {summary.call_id} was not priced (see its cost_error)")
-            priced.append(PricedCall(summary.duration_s / 60.0, summary.cost.lines))
+            priced.append(PricedCall(summary.duration_s / 60.0, summary.cost.lines, summary.turns))
             print(
                 f"  call {n + 1}/{count} ({scenario.name}): {summary.duration_s:.1f} s, "
                 f"${summary.cost.total_usd:.5f}",
                 flush=True,
             )
-    return priced
+        models = {
+            "stt": ctx.models.stt_model or "STT",
+            "llm": settings.llm_model,
+            "tts": ctx.models.tts_voice or "TTS",
+        }
+    return priced, models
 
 
 class CostBench:
@@ -162,6 +199,41 @@ class CostBench:
         scale = 1000.0 if unit.startswith("1k_") else 1.0
         compute = self.compute[stage]
         return self.quantity[stage, unit] * scale / compute if compute else None
+
+    def stage_profile(self, models: dict[str, str], machine: str, command: str) -> dict[str, Any]:
+        """The stages whose throughput the servers' compute measured, as a stage profile:
+        the throughput, and the turns' latency for the stage as its samples."""
+        options = []
+        for stage in SELF_HOSTED_STAGES:
+            rate = self.measured_throughput(stage)
+            part = LATENCY_PART[stage]
+            samples = [
+                v for c in self.calls for t in c.turns if (v := getattr(t, part)) is not None
+            ]
+            if rate is None or not samples:
+                continue  # nothing measured (the templates send the LLM no request)
+            key, unit = MEASURED_FROM[stage]
+            options.append(
+                stage_option(
+                    stage,
+                    f"{models[stage]} ({self.profile}), simulated calls",
+                    samples_ms=samples,
+                    placement={"price_book_profile": self.profile},
+                    concurrency=1,
+                    colocated=True,
+                    throughput={key: round(rate, 3)},
+                    note=f"{key}: the calls' {unit}s over the compute seconds the server "
+                    f"reported; latency: {part} per turn, one call at a time",
+                )
+            )
+        return profile_document(
+            "cost",
+            options,
+            command=command,
+            machine=machine,
+            report="docs/benchmarks/cost.md",
+            note=f"{len(self.calls)} calls, one at a time, {self.minutes:.2f} connected minutes",
+        )
 
     def rows(self) -> list[str]:
         rows = [

@@ -333,7 +333,10 @@ def _planned(planned: object, result: Figures) -> str:
     )
     return (
         f'<p class="note" id="planned">Planned: {html.escape(planned.label + declared)}. '
-        f"Predicted response p{planned.percentile:g} {planned.predicted_ms:.0f} ms at "
+        f"Predicted response p{planned.percentile:g} "
+        f"{'≥' if planned.tail_unknown else ''}{planned.predicted_ms:.0f} ms"
+        + (f" ({', '.join(planned.tail_unknown)}: tail unknown)" if planned.tail_unknown else "")
+        + " at "
         f"${planned.usd_per_minute:.4f}/min; measured over this range: response p95 "
         f"{_num(result.response_p95_ms, 0)} ms at {_num(result.usd_per_minute, prefix='$')}/min."
         "</p>"

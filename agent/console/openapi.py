@@ -31,12 +31,19 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _object(properties: dict[str, Any], *, required: list[str] | None = None) -> dict[str, Any]:
-    return {
+def _object(
+    properties: dict[str, Any], *, required: list[str] | None = None, closed: bool = False
+) -> dict[str, Any]:
+    """An object schema; ``closed``: no property the schema does not list (so a field added
+    to the response must be described here, tests/test_api.py)."""
+    schema: dict[str, Any] = {
         "type": "object",
         "properties": properties,
         "required": list(properties) if required is None else required,
     }
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
 
 
 _DATE_TIME = {"type": "string", "format": "date-time"}
@@ -197,7 +204,29 @@ _DAY_COST = _object(
             "description": "each component's cost per connected minute (USD/min)",
         },
         "fallback_share": _nullable("number", description="tts_fallback over all TTS cost"),
-    }
+        "declared_usd": {
+            "type": "number",
+            "description": "the part of cost_usd whose unit prices rest on declared figures",
+        },
+        "provisioned_usd": _nullable(
+            "number",
+            description="what the day really cost: the deployment's provisioned compute plus "
+            "the metered lines, idle capacity included; null: no deployment known",
+        ),
+        "provisioned_usd_per_minute": _nullable(
+            "number", description="provisioned_usd over the day's connected minutes"
+        ),
+        "utilization": {
+            "type": "object",
+            "additionalProperties": _nullable("number"),
+            "description": "per stage (stt, llm, tts, worker): the compute the servers "
+            "reported over the device seconds provisioned",
+        },
+        "worker_cpu_s_per_call": _nullable(
+            "number", description="the agent worker's CPU seconds per call"
+        ),
+    },
+    closed=True,
 )
 _DAY_LATENCY = _object(
     {
@@ -208,6 +237,17 @@ _DAY_LATENCY = _object(
         "voice_to_voice_p50_ms": _MS,
         "voice_to_voice_p95_ms": _MS,
     }
+)
+_FORECAST = _object(
+    {
+        "accounts": {"type": "integer", "minimum": 0},
+        "connect_rate": _nullable("number", description="connected calls per call placed"),
+        "minutes_per_connect": _nullable("number"),
+        "expected_minutes": _nullable("number"),
+        "attributed_usd": _nullable("number", description="expected minutes x attributed $/min"),
+        "provisioned_usd": _nullable("number", description="expected minutes x provisioned $/min"),
+    },
+    closed=True,
 )
 _KPI = _object(
     {
@@ -247,7 +287,8 @@ _SCHEMAS: dict[str, Any] = {
             "to": {"type": "string", "format": "date"},
             "components": {"type": "array", "items": {"type": "string"}},
             "days": {"type": "array", "items": _ref("DayCost")},
-        }
+        },
+        closed=True,
     ),
     "DayLatency": _DAY_LATENCY,
     "Kpi": _KPI,
@@ -262,8 +303,31 @@ _SCHEMAS: dict[str, Any] = {
             "cost": {"type": "array", "items": _ref("DayCost")},
             "latency": {"type": "array", "items": _ref("DayLatency")},
             "kpis": {"type": "array", "items": _ref("Kpi")},
-        }
+            "profile": _nullable(
+                "string", description="the deployment profile the provisioned figures are for"
+            ),
+            "forecast": {
+                "oneOf": [_ref("Forecast"), {"type": "null"}],
+                "description": "a campaign's expected cost at the range's measured rates",
+            },
+            "owner_kpis": {
+                "type": "array",
+                "items": _ref("Kpi"),
+                "description": "what the owner pays per result (cost per dollar promised)",
+            },
+            "usd_per_minute": _nullable(
+                "number", description="the range's attributed cost per connected minute"
+            ),
+            "provisioned_usd_per_minute": _nullable(
+                "number", description="the range's provisioned cost per connected minute"
+            ),
+            "declared_share": _nullable(
+                "number", description="the share of the attributed cost on declared figures"
+            ),
+        },
+        closed=True,
     ),
+    "Forecast": _FORECAST,
 }
 
 
