@@ -3,6 +3,7 @@ from datetime import UTC, datetime
 from sqlalchemy.orm import Session
 
 from agent.config import Settings
+from agent.ledger.pricebook import PriceBook
 from agent.ledger.records import CallStarted
 from agent.runtime.context import AgentRuntime, health_url
 from agent.store.database import StoreWriter
@@ -28,7 +29,7 @@ async def test_start_migrates_marks_the_dead_process_calls_and_names_the_models(
     async with AgentRuntime(settings, stub_models=True) as ctx:
         assert ctx.models.stt_model == "stub"
         assert ctx.prompts.version == "collections-v3"
-        assert ctx.price_book.version == "2026-12-06"
+        assert ctx.price_book.version == PriceBook.load().version  # the shipped book
 
     with Session(db_engine) as session:
         assert session.get(Call, "a" * 32).status == "abnormal"

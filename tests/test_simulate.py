@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from agent.conversation.scenarios import builtin_scenarios
+from agent.ledger.pricebook import PriceBook
 from agent.ledger.records import TurnRecord
 from agent.runtime.context import AgentRuntime
 from agent.store.tables import Call
@@ -66,7 +67,7 @@ async def test_simulated_call_is_stored_with_its_latency_and_cost(cpu_models, db
         assert word in heard, heard
 
     assert {line.component for line in call.cost_lines} == COMPONENTS
-    assert all(line.price_book_version == "2026-12-06" for line in call.cost_lines)
+    assert {line.price_book_version for line in call.cost_lines} == {PriceBook.load().version}
     # Every line says whether its unit price rests on a measurement or a declared figure.
     assert {line.basis for line in call.cost_lines} <= {"measured", "declared"}
     total = sum(line.amount_usd for line in call.cost_lines)
