@@ -1,10 +1,12 @@
 """``bench smart-turn``: its load and its table."""
 
+import argparse
+
 import numpy as np
 import pytest
 
 from agent.pipeline import smart_turn
-from tools.bench_smart_turn import Run, main, measure, table
+from tools.bench_smart_turn import Run, measure, run_smart_turn_command, table
 
 
 def test_every_call_gets_every_decision_timed() -> None:
@@ -26,8 +28,7 @@ def test_the_table_has_a_row_per_run() -> None:
 
 
 def test_bad_loads_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--calls", "8,many"])
-    assert "comma-separated integers" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--calls", "0"])
+    for calls, decisions in (("8,many", 5), ("0", 5), ("8", 0)):
+        args = argparse.Namespace(calls=calls, decisions=decisions, output="unused.md")
+        assert run_smart_turn_command(args) == 2
+        assert "--calls must be positive integers" in capsys.readouterr().err

@@ -9,17 +9,19 @@ each decision its own run of the model, as before the batching) and *batched* (t
 decisions waiting together share a run, at most 64). The clock runs from the call asking
 to its answer, the helper process's queue included.
 
-Run: ``python -m tools.bench_smart_turn --calls 1,8,32,64``.
+Run: ``python -m agent bench smart-turn --calls 1,8,32,64``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
@@ -107,7 +109,7 @@ def run_smart_turn_bench(loads: Sequence[int], decisions: int, output: str) -> i
     text = table(runs)
     print(text)
     command = (
-        f"python -m tools.bench_smart_turn --calls {','.join(map(str, loads))} "
+        f"python -m agent bench smart-turn --calls {','.join(map(str, loads))} "
         f"--decisions {decisions}"
     )
     report = "\n".join(
@@ -130,22 +132,33 @@ def run_smart_turn_bench(loads: Sequence[int], decisions: int, output: str) -> i
     return _write_report(output, report)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+def add_smart_turn_parser(benches: Any) -> None:
+    """``bench smart-turn``: its options."""
+    parser = benches.add_parser(
+        "smart-turn",
+        help="the end-of-turn decision's latency with every call's decisions batched into one "
+        "ONNX session run, against one at a time, at several numbers of concurrent calls",
+    )
     parser.add_argument(
         "--calls", default="1,8,32,64", help="comma-separated numbers of concurrent calls"
     )
     parser.add_argument("--decisions", type=int, default=5, help="decisions per call (>= 1)")
-    parser.add_argument("--output", default="docs/benchmarks/smart-turn.md")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "--output", default="docs/benchmarks/smart-turn.md", help="where to write the results"
+    )
+
+
+def run_smart_turn_command(args: argparse.Namespace) -> int:
+    """Run ``bench smart-turn``; 2 for bad arguments."""
     try:
         loads = [int(n) for n in args.calls.split(",")]
     except ValueError:
-        parser.error(f"--calls: comma-separated integers, got {args.calls!r}")
-    if any(n < 1 for n in loads) or args.decisions < 1:
-        parser.error("--calls and --decisions must be at least 1")
+        loads = []
+    if not loads or min(loads) < 1 or args.decisions < 1:
+        print(
+            f"--calls must be positive integers like 1,8,32 and --decisions at least 1, "
+            f"got {args.calls!r} and {args.decisions}",
+            file=sys.stderr,
+        )
+        return 2
     return run_smart_turn_bench(loads, args.decisions, args.output)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

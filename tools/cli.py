@@ -26,6 +26,7 @@ def add_parsers(commands: Any) -> None:
     from tools.bench_console import add_calls_parser
     from tools.bench_cost import add_cost_parser
     from tools.bench_endpoint import add_endpoint_parser
+    from tools.bench_smart_turn import add_smart_turn_parser
     from tools.bench_soak import add_soak_parser
     from tools.demo import add_demo_parser
 
@@ -45,6 +46,7 @@ def add_parsers(commands: Any) -> None:
         add_endpoint_parser,
         add_soak_parser,
         add_cost_parser,
+        add_smart_turn_parser,
     ):
         add(benches)
 
@@ -325,6 +327,12 @@ def _cost(args: argparse.Namespace, settings: Settings) -> int:
     return run_cost_command(args, settings)
 
 
+def _smart_turn(args: argparse.Namespace, settings: Settings) -> int:
+    from tools.bench_smart_turn import run_smart_turn_command
+
+    return run_smart_turn_command(args)
+
+
 def _compliance(args: argparse.Namespace, settings: Settings) -> int:
     from tools.bench_compliance import run_compliance_command
 
@@ -353,4 +361,5 @@ _BENCHES: dict[str, Runner] = {
     "compliance": _compliance,
     "calls": _calls,
     "cost": _cost,
+    "smart-turn": _smart_turn,
 }

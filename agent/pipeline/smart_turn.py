@@ -18,7 +18,7 @@ and the calls' audio with it (``bench capacity``, measured with ``perf sched``).
 
 The decisions of all the worker's calls are batched (``Decisions``): those asked for while
 the helper is busy go to it together, as one run of the one ONNX session, whose cost grows
-much less than its batch (``python -m tools.bench_smart_turn``, docs/benchmarks/smart-turn.md).
+much less than its batch (``python -m agent bench smart-turn``, docs/benchmarks/smart-turn.md).
 """
 
 from __future__ import annotations
