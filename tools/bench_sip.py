@@ -71,9 +71,9 @@ PIPELINE_VARIANTS = (
     Variant(
         "ours",
         env=(("LLM_MODE", "phrase"), ("LLM_SPECULATION", "false")),
-        about="the agent's call path (`start_call`) doing the stock pipeline's work: the LLM "
-        "phrases every reply (`LLM_MODE=phrase`), asked once a turn, at its end "
-        "(`LLM_SPECULATION=false`)",
+        about="the agent's call path (`start_call`) in phrase mode (`LLM_MODE=phrase`), the "
+        "LLM asked once for a reply it may phrase, at the turn's end "
+        "(`LLM_SPECULATION=false`), as the stock pipeline asks it",
     ),
     Variant(
         "plain",

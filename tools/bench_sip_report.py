@@ -256,8 +256,14 @@ def capacity_report(
         f"counts it, *CPU per call* does not. {_setup(measured, hold_s)}",
         "",
         "All three end a caller's turn alike: the same VAD, smart-turn v3 in the worker's "
-        "helper process, the turn ended anyway after `TURN_FALLBACK_SECS` of silence; and "
-        "all three ask the stub LLM on every turn.",
+        "helper process, the turn ended anyway after `TURN_FALLBACK_SECS` of silence. The "
+        "LLM's work is not yet the same, and *LLM requests per answer* (counted in the stub "
+        "server's access log) shows it: the stock pipeline asks the LLM every turn, while in "
+        "phrase mode the policy hands it only the replies it may phrase (the negotiation's "
+        "questions, `PHRASEABLE` in agent/conversation/exchange.py), which this caller never "
+        'reaches: the stub STT hears "yes that is me" every turn, and questions that verify '
+        "the caller are said word for word. What a turn's request costs the stock pipeline "
+        "is in its CPU per call.",
         "",
         *(f"- **{v.name}**: {v.about}." for v in variants),
         "",
