@@ -138,3 +138,16 @@ def test_runs_are_grouped_by_variant_and_step_and_the_held_step_is_found():
     best = calls_per_core(groups, "ours")
     assert best is not None and best.calls == 4
     assert calls_per_core(groups, "plain") is None
+
+
+def test_a_steps_failed_runs_say_what_they_failed_on():
+    runs = [
+        step(late=5),
+        step([900.0] * 20, reference_ms=400.0),
+        step(late=5, answers_ms=[900.0] * 20, reference_ms=400.0),
+        Step.unmeasured("ours", 4, 4, "sipp failed"),
+        step(),
+    ]
+
+    assert StepRuns("ours", 4, runs).failures() == "packets 2, answers 2, not measured 1"
+    assert StepRuns("ours", 4, [step()]).failures() == "–"

@@ -60,13 +60,13 @@ def runs_table(steps: Sequence[Step], column: str) -> str:
             rows.append(f"| {s.variant} | {s.calls} | {s.run} | not measured: {s.error} |")
             continue
         h = s.window.lateness
-        mark = "" if s.passed else " ✗"
+        late, slow = ("" if ok else " ✗" for ok in (s.on_time, s.answered_in_time))
         p50 = f"{percentile(s.answers_ms, 0.5):.0f}" if s.answers_ms else "–"
         rows.append(
             f"| {s.variant} | {s.calls} | {s.run} | {h.count} | {s.window.underruns} "
             f"| {_ms(h.percentile(50))} | {_ms(h.percentile(99))} | {_ms(h.percentile(99.9))} "
-            f"| {percent(s.window.within)}{mark} | {len(s.answers_ms)}/{s.lines} | {p50} "
-            f"| {answer_ms(s.answer_p95_ms)} | {s.cpu_percent:.0f} | {s.core_percent:.0f} "
+            f"| {percent(s.window.within)}{late} | {len(s.answers_ms)}/{s.lines} | {p50} "
+            f"| {answer_ms(s.answer_p95_ms)}{slow} | {s.cpu_percent:.0f} | {s.core_percent:.0f} "
             f"| {100 * s.machine_cpu_s / s.window_s:.0f} | {percent(s.ramp.within)} "
             f"| {_ms(s.ramp.lateness.percentile(100))} |"
         )
@@ -76,19 +76,21 @@ def runs_table(steps: Sequence[Step], column: str) -> str:
 def steps_table(groups: Sequence[StepRuns], column: str) -> str:
     """Markdown table: one row per variant and step, its runs summed up."""
     rows = [
-        f"| {column} | calls | runs passed | holds | within 5 ms: median | within 5 ms: worst "
+        f"| {column} | calls | runs passed | holds | runs failed on | within 5 ms: median "
+        "| within 5 ms: worst "
         "| p99.9 ms: median | p99.9 ms: worst | answer p95 ms: median "
         "| CPU per call: core-ms per call-s, mean [95 % interval] | worker's core busy %: median "
         "| LLM requests per answer |",
-        "|---|---:|---:|:-:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|:-:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for g in groups:
         within, worst_within = g.within()
         p999, worst_p999 = g.p999_s()
         cpu = g.cpu_per_call()
         rows.append(
-            f"| {g.variant} | {g.calls} | {g.passes}/{len(g.runs)} | {'yes' if g.held else 'no ✗'} "
-            f"| {percent(within)} | {percent(worst_within)} | {_ms(p999)} | {_ms(worst_p999)} "
+            f"| {g.variant} | {g.calls} | {g.passes}/{len(g.runs)} "
+            f"| {'yes' if g.held else 'no ✗'} | {g.failures()} | {percent(within)} "
+            f"| {percent(worst_within)} | {_ms(p999)} | {_ms(worst_p999)} "
             f"| {answer_ms(g.answer_p95_ms())} | {cpu if cpu else '–'} "
             f"| {g.core_percent():.0f} | {g.llm_per_answer():.2f} |"
         )

@@ -175,13 +175,20 @@ class Step:
         return percentile(values, 0.95) if values else math.inf
 
     @property
-    def passed(self) -> bool:
-        """Its packets on time with their audio, and its answers as quick as the lightest
-        step's but for ANSWER_SLACK_MS."""
-        if self.error is not None or not self.window.lateness.count:
-            return False
+    def on_time(self) -> bool:
+        """Its packets left on time with their audio (TARGET of them within LIMIT_S)."""
+        return self.window.lateness.count > 0 and self.window.within >= TARGET
+
+    @property
+    def answered_in_time(self) -> bool:
+        """Its answers were as quick as the lightest step's but for ANSWER_SLACK_MS."""
         reference = self.answer_p95_ms if self.reference_ms is None else self.reference_ms
-        return self.window.within >= TARGET and self.answer_p95_ms <= reference + ANSWER_SLACK_MS
+        return self.answer_p95_ms <= reference + ANSWER_SLACK_MS
+
+    @property
+    def passed(self) -> bool:
+        """Measured, its packets on time and its answers in time."""
+        return self.error is None and self.on_time and self.answered_in_time
 
     @property
     def cpu_per_call(self) -> float:
@@ -223,6 +230,16 @@ class StepRuns:
     @property
     def passes(self) -> int:
         return sum(run.passed for run in self.runs)
+
+    def failures(self) -> str:
+        """Why the runs that failed did: how many on their packets, their answers, or
+        not measured at all (a run may fail on both of the first two)."""
+        reasons = {
+            "packets": sum(not r.on_time for r in self.measured),
+            "answers": sum(not r.answered_in_time for r in self.measured),
+            "not measured": len(self.runs) - len(self.measured),
+        }
+        return ", ".join(f"{what} {n}" for what, n in reasons.items() if n) or "–"
 
     @property
     def held(self) -> bool:
