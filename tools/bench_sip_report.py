@@ -209,12 +209,14 @@ def _setup(measured: Run, hold_s: float) -> str:
     )
 
 
-def _measured(measured: Run, command: str) -> str:
+def _measured(measured: Run, command: str, variants: int) -> str:
     return (
         f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {_machine()} with `{command}`: "
-        f"every figure rests on {measured.runs} run(s) of its step (each a fresh worker; the "
-        "profiles on one), the variants' runs interleaved. The machine was shared with other "
-        f"work while it ran: {load(measured)}."
+        f"every figure rests on {measured.runs} run(s) of its step, each a fresh worker"
+        + ("; the profiles on one" if measured.profiles else "")
+        + ("; the variants' runs interleaved" if variants > 1 else "")
+        + ". A variant stops after two steps that did not hold. The machine was shared with "
+        f"other work while it ran: {load(measured)}."
     )
 
 
@@ -243,11 +245,11 @@ def capacity_report(
     report = [
         "# Calls per core: the agent's pipeline vs pipecat's stock pipeline, the same work",
         "",
-        _measured(measured, command),
+        _measured(measured, command, len(variants)),
         "",
         f"**Calls per core**: the most calls one worker on one core carried in a step that "
-        f"held ({criterion(measured.runs)}). A variant stops after two steps that did not "
-        "hold; the true figure lies between the last step held and the next one.",
+        f"held ({criterion(measured.runs)}); the true figure lies between the last step "
+        "held and the next one.",
         "",
         top,
         "",
@@ -294,7 +296,7 @@ def sip_report(
     report = [
         "# SIP: concurrent calls one worker carries with its outgoing audio on time",
         "",
-        _measured(measured, command),
+        _measured(measured, command, len(variants)),
         "",
         f"**Carried** ({criterion(measured.runs)}; stub models):",
         "",
