@@ -57,7 +57,8 @@ def runs_table(steps: Sequence[Step], column: str) -> str:
     ]
     for s in steps:
         if s.error is not None:
-            rows.append(f"| {s.variant} | {s.calls} | {s.run} | not measured: {s.error} |")
+            why = s.error.replace("|", "/")  # a cell of its own
+            rows.append(f"| {s.variant} | {s.calls} | {s.run} | not measured: {why} |")
             continue
         h = s.window.lateness
         late, slow = ("" if ok else " ✗" for ok in (s.on_time, s.answered_in_time))
