@@ -1,25 +1,21 @@
-"""The callers of ``bench sip``: sipp over SIP and RTP, or clients of the media-stream websocket.
+"""The callers of ``bench sip`` and ``bench capacity``: sipp over SIP and RTP.
 
-Both stream the same caller's voice (``caller_audio``: Piper saying ``CALLER_LINE`` between
-two pauses, looped) and start their calls at ``CALL_RATE`` per second.
+Each streams the same caller's voice (``caller_audio``: Piper saying ``CALLER_LINE`` between
+two pauses, looped); the calls start at ``CALL_RATE`` per second.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import socket
-import uuid
 from pathlib import Path
-
-import aiohttp
 
 from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE
 from telephony.rtp import g711
 from telephony.rtp.session import PACKET_S
 from tools.bench_sip_worker import BenchError
 
-#: New calls per second on both transports, during ramp-up and ramp-down.
+#: New calls per second, during ramp-up and ramp-down.
 CALL_RATE = 10
 #: The caller's line, spoken by Piper between two pauses and looped: the agent greets, the
 #: caller speaks, the agent answers (the stub STT hears "yes that is me"; the policy asks
@@ -134,56 +130,3 @@ async def sipp_calls(port: int, calls: int, call_s: float, workdir: Path) -> Non
     if process.returncode != 0:
         text = output.decode(errors="replace")
         raise BenchError(f"sipp failed ({process.returncode}):\n{text[-2000:]}")
-
-
-async def _websocket_call(url: str, audio: bytes, call_s: float) -> None:
-    """One caller on the media stream: ``start``, then 20 ms of voice every 20 ms, ``stop``."""
-    sid = f"MZ{uuid.uuid4().hex}"
-    frame = int(PACKET_S * CARRIER_SAMPLE_RATE)
-    loop = asyncio.get_running_loop()
-    async with aiohttp.ClientSession() as session, session.ws_connect(url) as ws:
-
-        async def drain() -> None:
-            async for _ in ws:
-                pass
-
-        reader = asyncio.create_task(drain())
-        try:
-            await ws.send_json({"event": "connected", "protocol": "Call", "version": "1.0.0"})
-            await ws.send_json(
-                {
-                    "event": "start",
-                    "streamSid": sid,
-                    "start": {
-                        "streamSid": sid,
-                        "callSid": f"CA{uuid.uuid4().hex}",
-                        "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000},
-                    },
-                }
-            )
-            start = loop.time()
-            for slot in range(int(call_s / PACKET_S)):
-                delay = start + slot * PACKET_S - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                offset = slot * frame % len(audio)
-                payload = base64.b64encode(audio[offset : offset + frame]).decode()
-                await ws.send_json(
-                    {"event": "media", "streamSid": sid, "media": {"payload": payload}}
-                )
-            await ws.send_json({"event": "stop", "streamSid": sid})
-            await ws.close()
-        finally:
-            reader.cancel()
-
-
-async def websocket_calls(port: int, calls: int, call_s: float, audio: bytes) -> None:
-    """``calls`` websocket callers at CALL_RATE per second, each ``call_s`` long."""
-    url = f"ws://127.0.0.1:{port}/media"
-
-    async def caller(i: int) -> None:
-        await asyncio.sleep(i / CALL_RATE)
-        await _websocket_call(url, audio, call_s)
-
-    timeout_s = call_s + calls / CALL_RATE + 30
-    await asyncio.wait_for(asyncio.gather(*(caller(i) for i in range(calls))), timeout_s)

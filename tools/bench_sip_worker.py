@@ -5,8 +5,8 @@ pipeline, ``plain_pipeline``) on stub models, waits until ``--calls`` calls are 
 and counts the outgoing packets' lateness, the answers and its CPU over the window until the
 first call ends (tools/bench_sip.py describes the whole). It writes the figures as JSON.
 
-Run one alone: ``SIP_PORT=5070 python -m tools.bench_sip_worker --transport sip --calls 4
---port 5070 --result out.json``, model URLs in ``STT_URL``, ``LLM_URL``, ``TTS_URL``.
+Run one alone: ``SIP_PORT=5070 python -m tools.bench_sip_worker --calls 4 --port 5070
+--result out.json``, model URLs in ``STT_URL``, ``LLM_URL``, ``TTS_URL``.
 """
 
 from __future__ import annotations
@@ -25,31 +25,19 @@ from typing import Any
 
 import numpy as np
 from aiohttp import web
-from fastapi import FastAPI, WebSocket
-from pipecat.frames.frames import OutputAudioRawFrame
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
-from pipecat.serializers.twilio import TwilioFrameSerializer
 from pipecat.transports.base_transport import BaseTransport
-from pipecat.transports.websocket.fastapi import (
-    FastAPIWebsocketOutputTransport,
-    FastAPIWebsocketParams,
-    FastAPIWebsocketTransport,
-)
 
 from agent.config import Settings
 from agent.pipeline.call import CallContext
 from agent.runtime.context import AgentRuntime
 from infra.serving import parse_server_arguments, server_arguments
-from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE, parse_start
+from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE
 from telephony.rtp.sender import SENDER, LatenessHistogram
-from telephony.rtp.session import RtpFrame, RtpSession, RtpStats
+from telephony.rtp.session import RtpFrame, RtpSession
 
 logger = logging.getLogger(__name__)
 
-TRANSPORTS = {
-    "sip": "our SIP user agent and RTP engine; sipp places the calls",
-    "websocket": "pipecat's FastAPIWebsocketTransport with its TwilioFrameSerializer",
-}
 PIPELINES = {
     "ours": "the agent's call path (agent.server.app: start_call)",
     "plain": "pipecat's stock voice pipeline (plain_pipeline)",
@@ -67,53 +55,6 @@ ANSWER_GAP_S = 0.2
 
 class BenchError(RuntimeError):
     """A step could not be measured (a process failed, calls were not carried)."""
-
-
-class _MeteredOutput(FastAPIWebsocketOutputTransport):
-    """pipecat's websocket output, each audio chunk timed against pipecat's own clock.
-
-    pipecat paces by sleeping after each chunk until ``_next_send_time``; the next chunk is
-    due then, or at once when pipecat found itself behind and reset its clock. A chunk counts
-    only if it was already queued when the one before it left: one that the TTS delivered
-    later is on time by definition (the RTP sender sends silence in that slot), so the
-    first chunk of each utterance, and of a sentence that arrives late, counts as 0 ms.
-    """
-
-    def __init__(self, *args: Any, stats: RtpStats, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.stats = stats
-        self._due: float | None = None
-
-    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
-        late = 0.0 if self._due is None else time.monotonic() - self._due
-        self._due = None
-        if not await super().write_audio_frame(frame):
-            return False
-        self.stats.packets_out += 1
-        self.stats.lateness.record(late)
-        return True
-
-    async def _write_audio_sleep(self) -> None:
-        now = time.monotonic()
-        due = self._next_send_time if self._next_send_time > now else now
-        queued = self._audio_queued()
-        await super()._write_audio_sleep()
-        if queued and self._audio_queued():  # not if a barge-in emptied the queue meanwhile
-            self._due = due
-
-    def _audio_queued(self) -> bool:
-        queue = getattr(self._media_senders.get(None), "_audio_queue", None)
-        return queue is not None and queue.has_frame(OutputAudioRawFrame)
-
-
-class _MeteredWebsocketTransport(FastAPIWebsocketTransport):
-    """``FastAPIWebsocketTransport`` with ``_MeteredOutput`` in place of its output."""
-
-    def __init__(self, websocket: Any, params: FastAPIWebsocketParams, stats: RtpStats) -> None:
-        super().__init__(websocket, params)
-        self._output = _MeteredOutput(
-            self, self._client, self._params, name=self._output_name, stats=stats
-        )
 
 
 class _TimedSession(RtpSession):
@@ -143,11 +84,12 @@ class _TimedSession(RtpSession):
         super().write(pcm16_8k)
 
 
-class _Sessions(list[RtpSession]):
+class _Sessions(list[_TimedSession]):
     """The RTP sessions of a worker's calls, kept as the UA's media factory opens them."""
 
-    async def open(self, rtp_host: str) -> RtpSession:
+    async def open(self, rtp_host: str) -> _TimedSession:
         session = await _TimedSession.open(rtp_host, port=0)
+        assert isinstance(session, _TimedSession)  # open() builds the class it is called on
         self.append(session)
         return session
 
@@ -161,18 +103,13 @@ def _rms(pcm: bytes) -> float:
 Reading = tuple[list[int], int, int, list[float]]
 
 
-def _stats(meter: RtpStats | RtpSession) -> RtpStats:
-    return meter.stats if isinstance(meter, RtpSession) else meter
+async def _read(session: _TimedSession) -> Reading:
+    """A call's counts now (its sender's, asked for)."""
+    stats = await session.refresh_stats()
+    return list(stats.lateness.counts), stats.skipped, stats.underruns, list(session.answers_ms)
 
 
-async def _read(meter: RtpStats | RtpSession) -> Reading:
-    """A meter's counts now (the sender's, asked for, when it is a call's RTP session)."""
-    stats = await meter.refresh_stats() if isinstance(meter, RtpSession) else meter
-    answers = list(meter.answers_ms) if isinstance(meter, _TimedSession) else []
-    return list(stats.lateness.counts), stats.skipped, stats.underruns, answers
-
-
-async def _snapshot(meters: Sequence[RtpStats | RtpSession]) -> list[Reading]:
+async def _snapshot(meters: Sequence[_TimedSession]) -> list[Reading]:
     """Every call's counts now (copies; added up after the calls end)."""
     return list(await asyncio.gather(*(_read(meter) for meter in meters)))
 
@@ -211,6 +148,34 @@ def _busy_cpu_s(cpus: set[int] | None = None) -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def _tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds ``root`` (this process) and its live descendants have used (Linux).
+
+    A call's cost is not only the worker's: its RTP sender and smart-turn model run in
+    helper processes. Unlike the busy time of the worker's core, this leaves out whatever
+    else the machine runs there."""
+    root = os.getpid() if root is None else root
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after the command, which may hold spaces
+        pid = int(entry.name)
+        children.setdefault(int(fields[1]), []).append(pid)
+        ticks[pid] = int(fields[11]) + int(fields[12])  # utime + stime
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += ticks.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 async def _until(condition: Callable[[], bool], deadline: float, waiting_for: str) -> None:
     loop = asyncio.get_running_loop()
     while not condition():
@@ -222,7 +187,7 @@ async def _until(condition: Callable[[], bool], deadline: float, waiting_for: st
 async def _carry(
     live: Callable[[], int],
     calls: int,
-    meters: Sequence[RtpStats | RtpSession],
+    meters: Sequence[_TimedSession],
     timeout_s: float,
 ) -> dict[str, Any]:
     """Wait for ``calls`` calls at once, measure until the first ends, wait for the rest."""
@@ -236,7 +201,7 @@ async def _carry(
         return most >= calls
 
     def now() -> tuple[float, float, float, float]:
-        return time.monotonic(), time.process_time(), _busy_cpu_s(), _busy_cpu_s(core)
+        return time.monotonic(), _tree_cpu_s(), _busy_cpu_s(), _busy_cpu_s(core)
 
     try:
         await _until(all_up, deadline, f"{calls} calls at once")
@@ -254,19 +219,20 @@ async def _carry(
     return {
         "calls": calls,
         "window_s": ended[0] - started[0],
-        "cpu_s": ended[1] - started[1],
+        "tree_cpu_s": ended[1] - started[1],
         "machine_cpu_s": ended[2] - started[2],
         "core_cpu_s": ended[3] - started[3],
         "counts": counts,
         "skipped": skipped,
         "underruns": underruns,
-        # Answers are timed at the RTP edge (_TimedSession): not on the websocket.
-        "answers_ms": answers if any(isinstance(m, _TimedSession) for m in meters) else None,
+        "answers_ms": answers,
         "ramp_counts": ramp_counts,
         "ramp_skipped": ramp_skipped,
         "ramp_underruns": ramp_underruns,
         # The calls' worst over their whole life (their sessions are closed: final counts).
-        "max_s": max((_stats(m).lateness.max_s for m in meters), default=0.0),
+        "max_s": max((m.stats.lateness.max_s for m in meters), default=0.0),
+        # Every answer of the calls' whole life: what the LLM requests are counted against.
+        "answers_all": sum(len(m.answers_ms) for m in meters),
         "realtime": SENDER.refused is None,
     }
 
@@ -294,22 +260,38 @@ def plain_pipeline(ctx: CallContext, transport: BaseTransport, call_id: str) -> 
     """The baseline of ``bench capacity``: pipecat's stock voice pipeline, nothing of ours
     but the clients of our model servers (the stubs speak our STT and TTS protocols).
 
-    pipecat's VAD processor (on our VAD analyzer, the same settings), its default turn
-    strategies instead of smart-turn, its context aggregators and OpenAI LLM service on
-    every turn instead of the policy; no guard, recording, ledger or call records.
+    pipecat's VAD processor (on our VAD analyzer, the same settings), its context
+    aggregators, its turn tracking, and its OpenAI LLM service on every turn instead of
+    the policy; no guard, recording, ledger or call records. The end of a turn is decided
+    as the agent's calls decide it, so that both do the same work: smart-turn v3 in the
+    worker's helper process, the turn ended anyway after ``TURN_FALLBACK_SECS`` of silence
+    (pipecat's default would run the model in the worker, with a 3 s fallback).
     """
+    from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.processors.aggregators.llm_context import LLMContext
-    from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
+    from pipecat.processors.aggregators.llm_response_universal import (
+        LLMContextAggregatorPair,
+        LLMUserAggregatorParams,
+    )
     from pipecat.processors.audio.vad_processor import VADProcessor
     from pipecat.services.openai.llm import OpenAILLMService
+    from pipecat.turns.user_stop import TurnAnalyzerUserTurnStopStrategy
+    from pipecat.turns.user_turn_strategies import UserTurnStrategies
 
+    from agent.pipeline.smart_turn import SmartTurnAnalyzer
     from agent.pipeline.stt import StreamingSTTService
     from agent.pipeline.tts import StreamingTTSService
     from agent.pipeline.vad import create_vad_analyzer
 
     settings, models = ctx.settings, ctx.models
-    aggregators = LLMContextAggregatorPair(LLMContext())
+    end_of_turn = SmartTurnAnalyzer(params=SmartTurnParams(stop_secs=settings.turn_fallback_secs))
+    strategies = UserTurnStrategies(
+        stop=[TurnAnalyzerUserTurnStopStrategy(turn_analyzer=end_of_turn)]
+    )
+    aggregators = LLMContextAggregatorPair(
+        LLMContext(), user_params=LLMUserAggregatorParams(user_turn_strategies=strategies)
+    )
     pipeline = Pipeline(
         [
             transport.input(),
@@ -396,66 +378,11 @@ async def _plain_sip_worker(
         await endpoint.close()
 
 
-async def _websocket_worker(
-    ctx: CallContext, host: str, port: int, calls: int, timeout_s: float
-) -> dict[str, Any]:
-    import uvicorn
-
-    from agent.server.app import CALLS, make_app, start_call
-
-    app = make_app(ctx)  # never served: it holds the calls, as the agent server's does
-    meters: list[RtpStats] = []
-    api = FastAPI()
-
-    @api.get("/health")
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @api.websocket("/media")
-    async def media(websocket: WebSocket) -> None:
-        await websocket.accept()
-        start = None
-        while start is None:
-            message = json.loads(await asyncio.wait_for(websocket.receive_text(), 5.0))
-            if message.get("event") == "start":
-                start = parse_start("twilio", message)
-        serializer = TwilioFrameSerializer(
-            start.stream_id, params=TwilioFrameSerializer.InputParams(auto_hang_up=False)
-        )
-        params = FastAPIWebsocketParams(
-            audio_in_enabled=True,
-            audio_out_enabled=True,
-            audio_in_sample_rate=CARRIER_SAMPLE_RATE,
-            audio_out_sample_rate=CARRIER_SAMPLE_RATE,
-            audio_out_10ms_chunks=2,  # 20 ms, as RTP (pipecat's default is 40 ms)
-            serializer=serializer,
-        )
-        stats = RtpStats()
-        meters.append(stats)
-        transport = _MeteredWebsocketTransport(websocket, params, stats)
-        await start_call(app, transport, start.call_info()).task
-
-    server = uvicorn.Server(
-        uvicorn.Config(api, host=host, port=port, log_level="warning", lifespan="off")
-    )
-    serving = asyncio.create_task(server.serve())
-    try:
-        return await _carry(lambda: len(app[CALLS].tasks()), calls, meters, timeout_s)
-    finally:
-        server.should_exit = True
-        await asyncio.wait_for(serving, 10.0)
-
-
 async def _work(args: argparse.Namespace) -> dict[str, Any]:
     settings = Settings.from_env(dict(os.environ))
     if settings.embedded_models:
         raise BenchError("set STT_URL, LLM_URL and TTS_URL (the stub server's)")
-    if args.pipeline == "plain":
-        if args.transport != "sip":
-            raise BenchError("the plain pipecat pipeline is measured on SIP only")
-        worker = _plain_sip_worker
-    else:
-        worker = _sip_worker if args.transport == "sip" else _websocket_worker
+    worker = _plain_sip_worker if args.pipeline == "plain" else _sip_worker
     async with AgentRuntime(settings) as ctx:
         return await worker(ctx, args.host, args.port, args.calls, args.timeout)
 
@@ -463,7 +390,6 @@ async def _work(args: argparse.Namespace) -> dict[str, Any]:
 def worker_main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the worker process: carry the calls, write the figures, exit."""
     parser = server_arguments("A bench worker: carries the calls, writes their RTP lateness.")
-    parser.add_argument("--transport", choices=sorted(TRANSPORTS), required=True)
     parser.add_argument("--pipeline", choices=sorted(PIPELINES), default="ours")
     parser.add_argument("--calls", type=int, required=True, help="calls carried at once")
     parser.add_argument("--result", type=Path, required=True, help="where to write the JSON")
@@ -478,9 +404,7 @@ def worker_main(argv: Sequence[str] | None = None) -> int:
     except BenchError as e:
         args.result.write_text(json.dumps({"error": str(e)}))
         return 1
-    args.result.write_text(
-        json.dumps({"transport": args.transport, "pipeline": args.pipeline, **result})
-    )
+    args.result.write_text(json.dumps({"pipeline": args.pipeline, **result}))
     return 0
 
 
