@@ -191,7 +191,7 @@ def _production_reader(settings: Settings) -> Callable[[dt.datetime, dt.datetime
     """``plan --from-db``'s reading of DATABASE_URL (the store, imported when asked)."""
 
     def read(since: dt.datetime, until: dt.datetime) -> Production:
-        from agent.store.production import read_production
+        from agent.store.past_calls import read_production
 
         return read_production(settings, since, until)
 

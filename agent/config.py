@@ -245,7 +245,7 @@ class Settings:
     vad: str = "webrtc"
     vad_aggressiveness: int = 2
     vad_start_secs: float = 0.2
-    vad_stop_secs: float = 0.2
+    vad_stop_secs: float = 0.3
     #: Silence after which a turn smart-turn still calls unfinished ends anyway (pipecat's
     #: default is 3 s: docs/benchmarks/endpointing.md measures what 1 s costs and saves).
     turn_fallback_secs: float = 1.0
@@ -389,7 +389,7 @@ class Settings:
             vad=vad,
             vad_aggressiveness=aggressiveness,
             vad_start_secs=_float(env, "VAD_START_SECS", 0.2),
-            vad_stop_secs=_float(env, "VAD_STOP_SECS", 0.2),
+            vad_stop_secs=_float(env, "VAD_STOP_SECS", 0.3),
             turn_fallback_secs=_seconds(env, "TURN_FALLBACK_SECS", 1.0),
             price_book=Path(price_book) if price_book else None,
             price_profile=env.get("PRICE_PROFILE", "embedded-cpu"),

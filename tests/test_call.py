@@ -94,6 +94,7 @@ async def test_okay_said_over_the_mini_miranda_cuts_it_and_answers_nothing(cpu_m
     )
     async with AgentRuntime(settings) as ctx:
         sim = await simulate_call(ctx, scenario)
+        mini_miranda = ctx.prompts.templates["mini_miranda"]
     policy = sim.policy
     assert policy is not None and policy.verified
     assert policy.promise is None, policy.promise
@@ -101,8 +102,11 @@ async def test_okay_said_over_the_mini_miranda_cuts_it_and_answers_nothing(cpu_m
     assert kinds.count("mini_miranda") == 1, kinds  # the second, whole one
     cut = [t for t in sim.summary.turns if t.interrupted and "[cut at" in (t.agent_text or "")]
     assert cut, [(t.user_text, t.agent_text, t.interrupted) for t in sim.summary.turns]
-    assert cut[0].agent_text.startswith("This is Northwind Recovery")
-    assert "any information obtained" not in cut[0].agent_text
+    # What was heard is a beginning of the mini-Miranda, however early the cut fell (on a
+    # loaded machine the agent's first audio comes late, so the 2 s land near its start).
+    heard = cut[0].agent_text[: cut[0].agent_text.index("[cut at")].strip()
+    assert mini_miranda.startswith(heard), heard
+    assert "any information obtained" not in heard
     last = sim.summary.turns[-1]
     assert last.agent_text.startswith("This is Northwind Recovery, a debt collector."), last
 

@@ -34,7 +34,7 @@ from agent.ledger.stage_profiles import (
     write_profile,
 )
 from agent.store.database import create_engine_for
-from agent.store.production import production as read_calls
+from agent.store.past_calls import production as read_calls
 from agent.store.tables import Call, CostLine, Turn
 from tools.bench import SttRun, own_overhead_ms, stt_profile, turn_profile
 

@@ -4,7 +4,7 @@ From the benchmarks' stage profiles alone (``agent.ledger.plan``), or with ``--f
 the calls we actually had beside them (``agent.ledger.production``): their turns' latency
 parts as one more measured profile, and their use per minute as what each configuration
 is priced for. The database is read through the function the caller passes
-(``agent.store.production.read_production``, bound to ``DATABASE_URL``), so this package
+(``agent.store.past_calls.read_production``, bound to ``DATABASE_URL``), so this package
 stays below the store. Returns what to print; the caller prints it.
 """
 

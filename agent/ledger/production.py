@@ -2,7 +2,7 @@
 
 ``python -m agent plan --from-db --since 7d`` asks which configuration would have met the
 target for production's turns at the lowest cost. The store reads the turns and cost lines
-of the calls that started in the window (``agent.store.production``) into a
+of the calls that started in the window (``agent.store.past_calls``) into a
 :class:`Production`; this module turns it into a stage profile in the benchmarks' format
 (``agent.ledger.stage_profiles``), one option per stage and model that served, with the
 turns' latency parts as samples, and into the usage of one connected minute, so that each
