@@ -274,13 +274,14 @@ async def test_smart_turn_decides_at_the_vad_stop_and_never_sooner(voice, smart_
 def test_a_small_real_run_writes_the_report(tmp_path):
     output = tmp_path / "endpointing.md"
     status = run_endpoint_bench(
-        str(output), [0.2, 0.5], ["partial_payment"], [500], hesitations=False
+        str(output), [0.3, 0.5], ["partial_payment"], [500], hesitations=False
     )
     assert status == 0
     text = output.read_text()
     assert text.startswith("# Endpointing")
-    assert "Measured " in text and "`python -m agent bench endpoint --stops 0.2,0.5" in text
-    assert "**VAD stop 0.20 s + smart-turn v3 (as the pipeline) (baseline)** | 8 |" in text
+    assert "Measured " in text and "`python -m agent bench endpoint --stops 0.3,0.5" in text
+    # The baseline is the pipeline's own VAD stop (agent/config.py's default, 0.3 s).
+    assert "**VAD stop 0.30 s + smart-turn v3 (as the pipeline) (baseline)** | 8 |" in text
     assert "| VAD stop 0.50 s + VAD stop alone" in text
     assert "| VAD stop 0.50 s + smart-turn v3, fallback 1 s |" in text
     assert "## Recommendation" in text and "## Corpus" in text

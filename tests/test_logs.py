@@ -63,7 +63,12 @@ async def test_json_lines_are_one_object_each(configured, capsys) -> None:
     except RuntimeError:
         logging.getLogger("agent.store.database").exception("failed")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines()]
-    started, pipecat, failed = lines
+    # Every line is one object; the three of this test by their messages (a background
+    # thread left by an earlier test may log a line of its own in between).
+    started, pipecat, failed = (
+        next(line for line in lines if line["message"] == message)
+        for message in ("started", "pipecat says", "failed")
+    )
     assert started["call_id"] == "c0ffee" and started["message"] == "started"
     assert started["time"].endswith("+00:00") and started["level"] == "INFO"
     assert pipecat["call_id"] == "c0ffee" and pipecat["level"] == "WARNING"

@@ -66,8 +66,8 @@ async def _from_elsewhere(request: web.Request, handler: Handler) -> web.StreamR
 
 def summary() -> CallSummary:
     lines = [
-        CostLineItem("telephony", 2.0, "minute", 0.01, 0.02),
-        CostLineItem("tts_fallback", 0.5, "1k_characters", 0.02, 0.01),
+        CostLineItem("telephony", 2.0, "minute", 0.01, 0.02, "measured"),
+        CostLineItem("tts_fallback", 0.5, "1k_characters", 0.02, 0.01, "measured"),
     ]
     cost = CallCost(
         lines=lines,

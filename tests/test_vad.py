@@ -59,9 +59,9 @@ def test_webrtc_vad_rejects_rates_it_cannot_do():
 
 
 def test_settings_choose_the_analyzer():
-    chosen = create_vad_analyzer(Settings.from_env({"VAD_STOP_SECS": "0.3"}))
+    chosen = create_vad_analyzer(Settings.from_env({"VAD_STOP_SECS": "0.45"}))
     assert isinstance(chosen, WebRTCVADAnalyzer)
-    assert chosen.params.stop_secs == 0.3
+    assert chosen.params.stop_secs == 0.45
     assert isinstance(create_vad_analyzer(Settings.from_env({"VAD": "silero"})), SileroVADAnalyzer)
 
 
