@@ -152,15 +152,16 @@ async def test_writer_commits_call_turns_events_and_end(
             assert (first.llm_completion_tokens, first.tts_characters) == (31, 120)
 
             lines = [
-                (c.component, c.quantity, c.unit, c.price_book_version) for c in call.cost_lines
+                (c.component, c.quantity, c.unit, c.basis, c.price_book_version)
+                for c in call.cost_lines
             ]
+            # Stored as priced, each line with its basis (docs/pricing.md).
             assert lines == [
-                ("telephony", 2.0, "minute", book.version),
-                ("stt", 2.0, "call_minute", book.version),
-                ("llm", 2.0, "call_minute", book.version),
-                ("tts", 2.0, "call_minute", book.version),
-                ("tts_fallback", 0.4, "1k_characters", book.version),
+                (line.component, line.quantity, line.unit, line.basis, book.version)
+                for line in expected.lines
             ]
+            assert ("telephony", 2.0, "minute", "measured", book.version) in lines
+            assert ("tts_fallback", 0.4, "1k_characters", "measured", book.version) in lines
             assert [c.amount_usd for c in call.cost_lines] == pytest.approx(
                 [line.amount_usd for line in expected.lines]
             )
@@ -196,7 +197,7 @@ async def test_duplicate_turn_is_skipped_and_later_records_land(
         call = session.get(Call, call_id)
         assert call is not None and call.status == CallStatus.ENDED
         assert [(t.number, t.user_text) for t in call.turns] == [(1, "first"), (2, "second")]
-        assert len(call.cost_lines) == 5
+        assert len(call.cost_lines) == len(cost(book).lines)
     skipped = [r for r in caplog.records if "skipping invalid TurnRecord" in r.getMessage()]
     assert len(skipped) == 1 and call_id in skipped[0].getMessage()
     assert "the duplicate" not in caplog.text  # what was said stays out of the log
@@ -252,7 +253,7 @@ async def test_a_second_end_does_not_duplicate_cost_lines(
         call = session.get(Call, call_id)
         assert call is not None
         assert call.duration_s == 120.0
-        assert len(call.cost_lines) == 5
+        assert len(call.cost_lines) == len(cost(book).lines)
 
 
 async def test_stop_writes_what_was_queued_before_start(db_engine: Engine) -> None:
@@ -478,7 +479,7 @@ async def test_nothing_is_lost_while_the_database_is_away(
             call = session.get_one(Call, call_id)
             assert call.status == CallStatus.ENDED
             assert [t.number for t in call.turns] == [1, 2, 3]
-            assert len(call.cost_lines) == 5
+            assert len(call.cost_lines) == len(cost(book).lines)
     finally:
         check.dispose()
 
