@@ -5,8 +5,10 @@ import argparse
 import numpy as np
 import pytest
 
+from agent.config import Settings
 from agent.pipeline import smart_turn
-from tools.bench_smart_turn import Run, measure, run_smart_turn_command, table
+from tools.bench_smart_turn import Run, measure, table
+from tools.cli import run
 
 
 def test_every_call_gets_every_decision_timed() -> None:
@@ -29,6 +31,8 @@ def test_the_table_has_a_row_per_run() -> None:
 
 def test_bad_loads_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     for calls, decisions in (("8,many", 5), ("0", 5), ("8", 0)):
-        args = argparse.Namespace(calls=calls, decisions=decisions, output="unused.md")
-        assert run_smart_turn_command(args) == 2
+        args = argparse.Namespace(
+            command="bench", bench="smart-turn", calls=calls, decisions=decisions, output="x.md"
+        )
+        assert run(args, Settings()) == 2
         assert "--calls must be positive integers" in capsys.readouterr().err

@@ -14,8 +14,6 @@ Run: ``python -m agent bench smart-turn --calls 1,8,32,64``.
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -146,19 +144,3 @@ def add_smart_turn_parser(benches: Any) -> None:
     parser.add_argument(
         "--output", default="docs/benchmarks/smart-turn.md", help="where to write the results"
     )
-
-
-def run_smart_turn_command(args: argparse.Namespace) -> int:
-    """Run ``bench smart-turn``; 2 for bad arguments."""
-    try:
-        loads = [int(n) for n in args.calls.split(",")]
-    except ValueError:
-        loads = []
-    if not loads or min(loads) < 1 or args.decisions < 1:
-        print(
-            f"--calls must be positive integers like 1,8,32 and --decisions at least 1, "
-            f"got {args.calls!r} and {args.decisions}",
-            file=sys.stderr,
-        )
-        return 2
-    return run_smart_turn_bench(loads, args.decisions, args.output)

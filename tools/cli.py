@@ -336,9 +336,15 @@ def _cost(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _smart_turn(args: argparse.Namespace, settings: Settings) -> int:
-    from tools.bench_smart_turn import run_smart_turn_command
+    from tools.bench_smart_turn import run_smart_turn_bench
 
-    return run_smart_turn_command(args)
+    loads = _counts(args.calls)
+    if not loads or args.decisions < 1:
+        return _bad(
+            f"--calls must be positive integers like 1,8,32 and --decisions at least 1, "
+            f"got {args.calls!r} and {args.decisions}"
+        )
+    return run_smart_turn_bench(loads, args.decisions, args.output)
 
 
 def _compliance(args: argparse.Namespace, settings: Settings) -> int:
