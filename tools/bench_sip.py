@@ -37,11 +37,25 @@ from pathlib import Path
 
 import aiohttp
 
-from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError, free_port
+from agent.runtime.embedded import (
+    STUB_SERVER,
+    ModelServers,
+    ServerProcess,
+    ServerStartError,
+    free_port,
+)
 from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE
 from tools.bench import _write_report
 from tools.bench_profile import py_spy, summarize
-from tools.bench_sip_callers import CALL_RATE, SIPP_SCENARIO, caller_audio, sipp_calls
+from tools.bench_sip_callers import (
+    CALL_RATE,
+    SIPP_SCENARIO,
+    caller_audio,
+    caller_on_file,
+    caller_words,
+    phrased_counter,
+    sipp_calls,
+)
 from tools.bench_sip_report import PROFILE_RATE, capacity_report, percent, sip_report
 from tools.bench_sip_runs import LIMIT_S, Run, Step, StepRuns, Variant
 from tools.bench_sip_worker import SETTLE_S, BenchError
@@ -49,6 +63,7 @@ from tools.bench_sip_worker import SETTLE_S, BenchError
 logger = logging.getLogger(__name__)
 
 WORKER_START_TIMEOUT_S = 60.0
+STUB_START_TIMEOUT_S = 60.0
 #: After the last call ended: the worker flushes its records and writes the result.
 WORKER_EXIT_TIMEOUT_S = 30.0
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -72,16 +87,17 @@ PIPELINE_VARIANTS = (
         "ours",
         env=(("LLM_MODE", "phrase"), ("LLM_SPECULATION", "false")),
         about="the agent's call path (`start_call`) in phrase mode (`LLM_MODE=phrase`), the "
-        "LLM asked once for a reply it may phrase, at the turn's end "
-        "(`LLM_SPECULATION=false`), as the stock pipeline asks it",
+        "LLM asked once for a reply it may phrase (here every answer after the caller's "
+        "first: the counter-offer), at the turn's end (`LLM_SPECULATION=false`), as the "
+        "stock pipeline asks it",
     ),
     Variant(
         "plain",
         pipeline="plain",
         about="pipecat's stock voice pipeline (`plain_pipeline`): pipecat's VAD processor on "
         "the same VAD, its context aggregators, its turn tracking and OpenAI LLM service "
-        "(the stub's chat completions, every turn), our STT and TTS clients (the stubs "
-        "speak their protocols), nothing else",
+        "(the stub's chat completions, every turn, the caller's first too), our STT and "
+        "TTS clients (the stubs speak their protocols), nothing else",
     ),
     Variant(
         "production",
@@ -243,12 +259,14 @@ async def _run(
         audio = caller_audio()
         (workdir / "caller.ulaw").write_bytes(audio)
         (workdir / "bench_call.xml").write_text(SIPP_SCENARIO)
-        async with await ModelServers.start(stub=True, log_dir=workdir) as stub:
+        database_url = f"sqlite:///{workdir / 'bench.db'}"
+        await asyncio.to_thread(caller_on_file, database_url, workdir)
+        async with await _stub_models(workdir) as stub:
             env = {
                 "STT_URL": stub.stt_url,
                 "LLM_URL": stub.llm_url,
                 "TTS_URL": stub.tts_url,
-                "DATABASE_URL": f"sqlite:///{workdir / 'bench.db'}",
+                "DATABASE_URL": database_url,
                 "SIP_HOST": "127.0.0.1",
                 "TTS_FALLBACK": "none",
                 "LLM_MODE": "templates",
@@ -267,6 +285,20 @@ async def _run(
                 _show(f"  [{variant.name}] profiled with {profile_calls} calls")
     realtime = all(step.realtime for step in results if step.error is None)
     return Run(results, cycle_s, profiles, realtime, load, runs)
+
+
+async def _stub_models(log_dir: Path) -> ModelServers:
+    """The stub models, logging to ``log_dir``/stub.log: their STT hears the caller's words
+    (``caller_words``) in every turn, their LLM answers with the counter-offer in its own
+    words (``phrased_counter``)."""
+    args = ["--transcript", caller_words(), "--reply", phrased_counter()]
+    server = ServerProcess.launch("stub", STUB_SERVER["stub"], log_dir=log_dir, args=args)
+    try:
+        await server.wait_healthy(STUB_START_TIMEOUT_S)
+    except BaseException:
+        await server.stop()
+        raise
+    return ModelServers([server], server.base_url, server.base_url, server.base_url)
 
 
 def _show(text: str, error: bool = False) -> None:

@@ -13,7 +13,7 @@ from agent.ledger.quantiles import percentile
 from telephony.rtp.sender import MAX_UNDERRUN_SLOTS, LatenessHistogram
 from tools.bench import _machine
 from tools.bench_profile import table as profile_table
-from tools.bench_sip_callers import CALL_RATE, CALLER_LINE
+from tools.bench_sip_callers import CALL_RATE, CALLER_LINE, caller_words, phrased_counter
 from tools.bench_sip_runs import (
     ANSWER_SLACK_MS,
     LIMIT_S,
@@ -199,13 +199,19 @@ def _setup(measured: Run, hold_s: float) -> str:
         f"sipp places the calls at {CALL_RATE} per second over our SIP user agent and RTP "
         f'engine, each streaming the caller\'s voice as RTP: "{CALLER_LINE}" every '
         f"{measured.cycle_s:.1f} s (Piper, looped), a line far more often than a real "
-        "caller's; the agent greets, then answers every turn (the stub STT hears \"yes that "
-        'is me", the policy asks for the date of birth again); the stub TTS says each text '
-        f"it is sent as a 0.3 s tone. Once all calls are up the worker waits {SETTLE_S:g} s, "
-        f"then measures until the first call ends ({hold_s:g} s); *ramp-up* is everything "
-        "before that window. The agent's packets, a continuous 50 a second per call "
-        "(silence included), leave from the worker's RTP sender process, which counts them "
-        "(`telephony/rtp/sender.py`); it ran with "
+        "caller's. The caller is a consumer on file (the demo account, `Account.demo()`, "
+        "its number in the bench's portfolio), so each call is about their debt; the agent "
+        f'greets, then answers every turn, the stub STT hearing "{caller_words()}" in each: '
+        "the first turn verifies the caller (the policy's mini-Miranda and the debt's "
+        "purpose, said word for word), every later one is answered with the policy's "
+        "counter-offer, and no call ends before sipp hangs up. The stub LLM answers every "
+        f'request with "{phrased_counter()}", which the output guard lets through; the stub '
+        "TTS says each text it is sent as a 0.3 s tone. Once all calls are up the worker "
+        f"waits {SETTLE_S:g} s, and until every call has had its first answer (the one that "
+        "verifies the caller), then measures until the first call ends "
+        f"({hold_s:g} s); *ramp-up* is everything before that window. The agent's packets, "
+        "a continuous 50 a second per call (silence included), leave from the worker's RTP "
+        "sender process, which counts them (`telephony/rtp/sender.py`); it ran with "
         f"{'real-time priority' if measured.realtime else 'ordinary priority'}."
     )
 
@@ -261,14 +267,19 @@ def capacity_report(
         f"counts it, *CPU per call* does not. {_setup(measured, hold_s)}",
         "",
         "All three end a caller's turn alike: the same VAD, smart-turn v3 in the worker's "
-        "helper process, the turn ended anyway after `TURN_FALLBACK_SECS` of silence. The "
-        "LLM's work is not yet the same, and *LLM requests per answer* (counted in the stub "
-        "server's access log) shows it: the stock pipeline asks the LLM every turn, while in "
-        "phrase mode the policy hands it only the replies it may phrase (the negotiation's "
-        "questions, `PHRASEABLE` in agent/conversation/exchange.py), which this caller never "
-        'reaches: the stub STT hears "yes that is me" every turn, and questions that verify '
-        "the caller are said word for word. What a turn's request costs the stock pipeline "
-        "is in its CPU per call.",
+        "helper process, the turn ended anyway after `TURN_FALLBACK_SECS` of silence. They "
+        "ask the LLM alike too, once an answer, and *LLM requests per answer* (the chat "
+        "completions in the stub server's access log over the agent's answers, each call's "
+        "whole life) shows it: the stock pipeline asks it every turn; in phrase mode the "
+        "policy hands it the replies it may phrase (the negotiation's questions, "
+        "`PHRASEABLE` in agent/conversation/exchange.py), here every answer but each "
+        "call's first, which verifies the caller and is said word for word. That answer "
+        "comes before the window opens, so inside it every answer asks the LLM once in "
+        "every pipeline; over a call's life, which the figure counts, *ours* and "
+        "*production* ask once less than the stock pipeline: (n - 1)/n for calls of n "
+        "answers, the closer to 1 the longer the hold. A figure above that counts "
+        "speculative requests given up (*production* asks at the transcript, again if the "
+        "words change). What a turn's request costs each pipeline is in its CPU per call.",
         "",
         *(f"- **{v.name}**: {v.about}." for v in variants),
         "",

@@ -43,9 +43,13 @@ PIPELINES = {
     "plain": "pipecat's stock voice pipeline (plain_pipeline)",
 }
 POLL_S = 0.02
-#: The window opens this long after the last call is up: building a call's pipeline holds
-#: the event loop (see the report), which is the ramp-up's story, not the steady state's.
-SETTLE_S = 1.0
+#: The window opens this long after the last call is up, and not before every call has
+#: answered its caller once: building a call's pipeline holds the event loop (see the
+#: report), which is the ramp-up's story, not the steady state's; and the first answer
+#: verifies the caller (tools/bench_sip_callers.py), said word for word in phrase mode,
+#: while every later one asks the LLM in every pipeline. Long enough for the caller's first
+#: line (it ends 1.8 s into the call) and its answer.
+SETTLE_S = 3.0
 #: A caller's packet this loud (RMS of 16-bit samples) is voice: the bench's caller is
 #: Piper's speech between stretches of digital silence.
 VOICED_RMS = 300.0
@@ -208,6 +212,7 @@ async def _carry(
     except BenchError:
         raise BenchError(f"only {most} of {calls} calls were up at once") from None
     await asyncio.sleep(SETTLE_S)
+    await _until(lambda: all(m.answers_ms for m in meters), deadline, "every call's first answer")
     started, opened = now(), await _snapshot(meters)
     logger.info("%d calls up: window open", calls)
     await _until(lambda: live() < calls, deadline, "the first call to end")
