@@ -167,13 +167,15 @@ class DropAudio(FrameProcessor):
     audio frames a second would hop through every processor after the last one that reads
     it, each hop a queue and a task switch. The tap sees a frame after it has gone on:
     the caller's turn end and the policy's answer reach the TTS without waiting for the
-    recording to file the turn's audio.
+    recording to file the turn's audio. It runs in the task of the processor before it
+    (pipecat's direct mode): a queue of its own would cost each frame one more task switch,
+    and the tap sees the frames in the order that processor pushed them.
     """
 
     def __init__(
         self, kind: type[AudioRawFrame], tap: Callable[[Frame], Awaitable[None]] | None = None
     ) -> None:
-        super().__init__(name=f"drop-{kind.__name__}")
+        super().__init__(name=f"drop-{kind.__name__}", enable_direct_mode=True)
         self._kind = kind
         self._tap = tap
 

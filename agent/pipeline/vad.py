@@ -103,7 +103,9 @@ class CallerVAD(VADProcessor):
     def __init__(
         self, *, vad_analyzer: WebRTCVADAnalyzer | SileroAnalyzer, pause_secs: float = PAUSE_SECS
     ) -> None:
-        super().__init__(vad_analyzer=vad_analyzer)
+        # In the line's own task: a frame's VAD is microseconds, its hop a queue and a
+        # task switch (``bench capacity --profile``).
+        super().__init__(vad_analyzer=vad_analyzer, enable_direct_mode=True)
         self._analyzer = vad_analyzer
         self._pause_secs = pause_secs
         self._quiet_s = 0.0
