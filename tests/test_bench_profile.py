@@ -1,6 +1,21 @@
 """py-spy's samples summed by part of the per-frame path."""
 
-from tools.bench_profile import OTHER, SENDER, SMART_TURN, part_of, summarize, table
+import os
+import sys
+import time
+from pathlib import Path
+
+from tools.bench_profile import (
+    OTHER,
+    PROFILE_ENV,
+    PROFILER_ENV,
+    SENDER,
+    SMART_TURN,
+    Sampler,
+    part_of,
+    summarize,
+    table,
+)
 
 WORKER = 'process 100:"python -m tools.bench_sip_worker --calls 8";'
 SPAWNED = 'process 100:"python -m tools.bench_sip_worker";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
@@ -60,3 +75,43 @@ def test_the_table_gives_shares_that_add_up() -> None:
 
     assert "| VAD | 12.1% |" in text
     assert f"| all ({total} samples) | 100% |" in text
+
+
+def test_the_sampler_samples_this_process_from_start_to_stop(tmp_path: Path) -> None:
+    # A stand-in for py-spy that writes its arguments once interrupted, as py-spy writes
+    # its samples on SIGINT.
+    spy = tmp_path / "py-spy"
+    spy.write_text(
+        f"#!{sys.executable}\n"
+        "import signal, sys, time\n"
+        "def done(*_):\n"
+        "    out = sys.argv[sys.argv.index('--output') + 1]\n"
+        "    open(out, 'w').write(' '.join(sys.argv[1:]))\n"
+        "    sys.exit(0)\n"
+        "signal.signal(signal.SIGINT, done)\n"
+        "open(sys.argv[sys.argv.index('--output') + 1] + '.up', 'w').close()\n"
+        "time.sleep(60)\n"
+    )
+    spy.chmod(0o755)
+    output = tmp_path / "profile.txt"
+    sampler = Sampler({PROFILER_ENV: str(spy), PROFILE_ENV: str(output)})
+
+    sampler.start()
+    ready = Path(f"{output}.up")
+    deadline = time.monotonic() + 10
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    sampler.stop()
+
+    arguments = output.read_text().split()
+    assert arguments[arguments.index("--pid") + 1] == str(os.getpid())
+    assert "--subprocesses" in arguments
+
+
+def test_without_a_profiler_the_sampler_does_nothing(tmp_path: Path) -> None:
+    sampler = Sampler({PROFILE_ENV: str(tmp_path / "profile.txt")})
+
+    sampler.start()
+    sampler.stop()
+
+    assert not (tmp_path / "profile.txt").exists()

@@ -128,9 +128,9 @@ def test_capacity_compares_the_pipelines_and_profiles_them(tmp_path):
     llm = {row[0]: float(row[header.index("LLM requests per answer")]) for row in rows}
     assert llm["plain"] > 0  # the stock pipeline asks the stub LLM, as counted at the stub
     assert "python -m agent bench capacity --steps 1 --runs 1 --hold 2 --profile 1" in report
-    # The profiles found each worker busy on the per-frame path.
+    # The profiles found each worker busy on the per-frame path in its window (a short
+    # one: which other parts it caught is chance).
     assert report.count("| pipecat frame hops (queues, observers, metrics) |") == 3
-    assert report.count("| RTP in (socket, jitter buffer, G.711 decode) |") == 3
     assert os.sched_getaffinity(0) == set(range(os.cpu_count() or 1))  # given back
 
 

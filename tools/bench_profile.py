@@ -1,7 +1,9 @@
 """Where a worker's CPU goes on the per-frame path, from py-spy's samples.
 
-``bench capacity --profile N`` runs one more worker carrying ``N`` calls under ``py-spy
-record --threads --subprocesses --format raw`` and sums the samples here by part of the
+``bench capacity --profile N`` runs one more worker carrying ``N`` calls, which samples
+itself with ``py-spy record --threads --subprocesses --format raw`` over its measuring
+window only (``Sampler``): sampled from its start, a worker's imports and its calls' set-up
+outweighed the steady state it is meant to show. The samples are summed here by part of the
 path: each sample of the worker's event loop counts for the part of the innermost frame
 of its stack that belongs to one (so the time aiohttp spends writing the STT's websocket
 counts for the STT client, the time asyncio's queues spend between two processors for
@@ -14,8 +16,11 @@ the worker running it, as pipecat's own analyzer does). Samples of a loop waitin
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import subprocess
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +56,11 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("logging", ("logging/", "loguru")),
 )  # fmt: skip
 OTHER = "asyncio and the rest"
+#: py-spy's samples per second.
+PROFILE_RATE = 200
+#: Given to a bench worker: the py-spy to sample its window with, and where to write it.
+PROFILER_ENV = "BENCH_PROFILER"
+PROFILE_ENV = "BENCH_PROFILE"
 #: The RTP sender process is one part whatever it runs: the outgoing packets.
 SENDER = "RTP out (sender process)"
 SMART_TURN = "smart-turn (features, ONNX)"
@@ -126,3 +136,42 @@ def py_spy() -> str | None:
 
     beside = Path(sys.executable).with_name("py-spy")
     return str(beside) if beside.exists() else shutil.which("py-spy")
+
+
+class Sampler:
+    """py-spy sampling this process and its children, from ``start`` until ``stop``,
+    when ``PROFILER_ENV`` and ``PROFILE_ENV`` are set (``bench capacity --profile``).
+
+    py-spy runs on the cores this process does not (when there are any): it must not take
+    the measured worker's core."""
+
+    def __init__(self, environ: dict[str, str] | os._Environ[str] = os.environ) -> None:
+        self._spy = environ.get(PROFILER_ENV)
+        self._output = environ.get(PROFILE_ENV)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        if not (self._spy and self._output):
+            return
+        ours = os.sched_getaffinity(0)
+        others = set(range(os.cpu_count() or 1)) - ours or ours
+        self._process = subprocess.Popen(
+            [self._spy, "record", "--threads", "--subprocesses", "--nonblocking", "--format",
+             "raw", "--rate", str(PROFILE_RATE), "--output", self._output,
+             "--pid", str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            preexec_fn=lambda: os.sched_setaffinity(0, others),
+        )  # fmt: skip
+
+    def stop(self) -> None:
+        """End the sampling; py-spy writes its samples on SIGINT."""
+        if self._process is None:
+            return
+        self._process.send_signal(signal.SIGINT)
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None

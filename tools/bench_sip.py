@@ -46,7 +46,7 @@ from agent.runtime.embedded import (
 )
 from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE
 from tools.bench import _write_report
-from tools.bench_profile import py_spy, summarize
+from tools.bench_profile import PROFILE_ENV, PROFILER_ENV, py_spy, summarize
 from tools.bench_sip_callers import (
     CALL_RATE,
     SIPP_SCENARIO,
@@ -56,7 +56,7 @@ from tools.bench_sip_callers import (
     phrased_counter,
     sipp_calls,
 )
-from tools.bench_sip_report import PROFILE_RATE, capacity_report, percent, sip_report
+from tools.bench_sip_report import capacity_report, percent, sip_report
 from tools.bench_sip_runs import LIMIT_S, Run, Step, StepRuns, Variant
 from tools.bench_sip_worker import SETTLE_S, BenchError
 
@@ -119,20 +119,21 @@ def _launch_worker(
     profile: Path | None = None,
 ) -> ServerProcess:
     """``python -m tools.bench_sip_worker`` with ``env`` on top of ours, output to its log, on
-    ``cpus`` (None: wherever the kernel puts it), under py-spy writing ``profile`` when
-    given. No death signal: if the bench dies, the worker's own ``--timeout`` ends it."""
+    ``cpus`` (None: wherever the kernel puts it), sampled by py-spy over its window into
+    ``profile`` when given. No death signal: if the bench dies, the worker's own
+    ``--timeout`` ends it."""
     log_path = workdir / f"{name}.log"
     command = [
         sys.executable, "-m", "tools.bench_sip_worker", "--host", "127.0.0.1", "--port", str(port),
         "--log-level", "WARNING", *args,
     ]  # fmt: skip
+    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
     if profile is not None:
         spy = py_spy()
         if spy is None:
             raise BenchError("py-spy is not installed (pip install '.[dev]')")
-        sampler = [spy, "record", "--threads", "--subprocesses", "--nonblocking", "--format", "raw"]
-        command = [*sampler, "--rate", str(PROFILE_RATE), "--output", str(profile), "--", *command]
-    full_env = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+        # The worker samples itself over its window only (tools.bench_sip_worker).
+        full_env.update({PROFILER_ENV: spy, PROFILE_ENV: str(profile)})
     full_env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")])
     )

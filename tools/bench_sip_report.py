@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from agent.ledger.quantiles import percentile
 from telephony.rtp.sender import MAX_UNDERRUN_SLOTS, LatenessHistogram
 from tools.bench import _machine
+from tools.bench_profile import PROFILE_RATE
 from tools.bench_profile import table as profile_table
 from tools.bench_sip_callers import CALL_RATE, CALLER_LINE, caller_words, phrased_counter
 from tools.bench_sip_runs import (
@@ -165,10 +166,6 @@ def load(measured: Run) -> str:
     )
 
 
-#: py-spy's samples per second in a profiled step.
-PROFILE_RATE = 200
-
-
 def profiles_section(measured: Run, profile_calls: int | None) -> list[str]:
     """The report's lines on where each pipeline's worker spent its CPU."""
     profiled = [
@@ -181,8 +178,8 @@ def profiles_section(measured: Run, profile_calls: int | None) -> list[str]:
     return [
         "## Where the worker's CPU goes",
         "",
-        f"One more worker per pipeline carried {profile_calls} calls under py-spy "
-        "(`py-spy record --threads --subprocesses --nonblocking --rate "
+        f"One more worker per pipeline carried {profile_calls} calls, sampled by py-spy "
+        "over its window only (`py-spy record --threads --subprocesses --nonblocking --rate "
         f"{PROFILE_RATE}`, one run), the "
         "samples of the worker and its helper processes summed by part of the path "
         "(`tools/bench_profile.py`: each sample of the event loop counts for the innermost "

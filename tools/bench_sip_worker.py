@@ -35,6 +35,7 @@ from infra.serving import parse_server_arguments, server_arguments
 from telephony.carriers.media_stream import CARRIER_SAMPLE_RATE
 from telephony.rtp.sender import SENDER, LatenessHistogram
 from telephony.rtp.session import RtpFrame, RtpSession
+from tools.bench_profile import Sampler
 
 logger = logging.getLogger(__name__)
 
@@ -204,8 +205,14 @@ async def _carry(
         most = max(most, live())
         return most >= calls
 
-    def now() -> tuple[float, float, float, float]:
-        return time.monotonic(), _tree_cpu_s(), _busy_cpu_s(), _busy_cpu_s(core)
+    def now() -> tuple[float, float, float, float, float]:
+        return (
+            time.monotonic(),
+            _tree_cpu_s(),
+            _busy_cpu_s(),
+            _busy_cpu_s(core),
+            time.process_time(),
+        )
 
     try:
         await _until(all_up, deadline, f"{calls} calls at once")
@@ -213,10 +220,15 @@ async def _carry(
         raise BenchError(f"only {most} of {calls} calls were up at once") from None
     await asyncio.sleep(SETTLE_S)
     await _until(lambda: all(m.answers_ms for m in meters), deadline, "every call's first answer")
+    sampler = Sampler()
+    sampler.start()
     started, opened = now(), await _snapshot(meters)
     logger.info("%d calls up: window open", calls)
-    await _until(lambda: live() < calls, deadline, "the first call to end")
-    ended, closed = now(), await _snapshot(meters)
+    try:
+        await _until(lambda: live() < calls, deadline, "the first call to end")
+        ended, closed = now(), await _snapshot(meters)
+    finally:
+        sampler.stop()
     logger.info("a call ended: window closed after %.1f s", ended[0] - started[0])
     await _until(lambda: live() == 0, deadline, "all calls to end")
     counts, skipped, underruns, answers = _window(opened, closed)
@@ -227,6 +239,7 @@ async def _carry(
         "tree_cpu_s": ended[1] - started[1],
         "machine_cpu_s": ended[2] - started[2],
         "core_cpu_s": ended[3] - started[3],
+        "worker_cpu_s": ended[4] - started[4],
         "counts": counts,
         "skipped": skipped,
         "underruns": underruns,
