@@ -299,7 +299,15 @@ def main(argv: list[str] | None = None) -> None:
     description = {"model": model.name, "providers": model.providers, "max_batch": args.max_batch}
     app = create_app(Decisions(model.predict, args.max_batch), description)
     # A client that hangs up (its deadline passed) cancels its request's wait.
-    web.run_app(app, host=args.host, port=args.port, print=None, handler_cancellation=True)
+    # No access log: a line per decision of every call is the log's bulk and tells nothing.
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        print=None,
+        access_log=None,
+        handler_cancellation=True,
+    )
 
 
 if __name__ == "__main__":
