@@ -43,7 +43,12 @@ import soxr
 from aiohttp import web
 from pipecat.audio.turn.smart_turn._whisper_features import compute_whisper_log_mel_features
 
-from infra.serving import RequestError, parse_server_arguments, server_arguments
+from infra.serving import (
+    RequestError,
+    default_threads,
+    parse_server_arguments,
+    server_arguments,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -91,11 +96,6 @@ def providers_for(device: str, available: Sequence[str]) -> list[str]:
     return [CUDA, CPU]
 
 
-def cpu_threads() -> int:
-    """The session's threads: the cores this process may run on, up to four."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
-
-
 class SmartTurnModel:
     """The model in one ONNX Runtime session, and the decisions on a batch of turns."""
 
@@ -105,7 +105,7 @@ class SmartTurnModel:
         options = ort.SessionOptions()
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.inter_op_num_threads = 1
-        options.intra_op_num_threads = threads or cpu_threads()
+        options.intra_op_num_threads = threads or default_threads()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         # Threads that spin between runs would take the calls' cores for nothing.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -209,3 +210,33 @@ async def test_the_latest_connection_answers_until_it_is_closed(echo: TestServer
         assert await asyncio.to_thread(smart_turn.warm_up, 16000) == INCOMPLETE
     finally:
         smart_turn.disconnect(dead)
+
+
+async def test_a_call_without_its_smart_turn_service_still_ends_its_turns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from agent.config import Settings
+    from agent.conversation.scenarios import Scenario, account_from
+    from agent.runtime.context import AgentRuntime
+    from tools.simulate import simulate_call
+
+    dead = f"http://127.0.0.1:{free_port()}{ROUTE}"  # nobody listens there
+    settings = Settings.from_env(
+        {
+            "DATABASE_URL": f"sqlite:///{tmp_path / 'agent.db'}",
+            "DATA_DIR": str(tmp_path),
+            "SMART_TURN_URL": dead,
+            "RECORDING_STORE": "off",
+        }
+    )
+    scenario = Scenario("dead", "smart-turn is down", account_from({}), ("Yes, it's me.",))
+    async with AgentRuntime(settings, stub_models=True) as ctx:
+        sim = await simulate_call(ctx, scenario)
+
+    # The turn was taken as unfinished, ended by the fallback's silence, and answered.
+    answered = [t for t in sim.summary.turns if t.user_text and t.agent_text]
+    assert answered, [(t.user_text, t.agent_text) for t in sim.summary.turns]
+    assert "turns are taken as unfinished" in caplog.text
+    # Answered from the VAD's stop no sooner than the fallback's silence (1 s) allows.
+    fallback_ms = 1000 * (settings.turn_fallback_secs - settings.vad_stop_secs)
+    assert answered[0].response_ms is not None and answered[0].response_ms >= fallback_ms - 50
