@@ -233,6 +233,9 @@ class Settings:
     stt_url: str | None = None
     llm_url: str | None = None
     tts_url: str | None = None
+    #: The host's smart-turn service (infra/smart_turn_server.py); unset, the agent starts
+    #: it (``serve --workers`` once for all its workers).
+    smart_turn_url: str | None = None
     llm_model: str = "gemma-3-270m"
     llm_api_key: str = "none"
     llm_max_tokens: int = 40
@@ -360,6 +363,12 @@ class Settings:
                 "STT_URL, LLM_URL and TTS_URL go together: set all three, or none to "
                 "start the embedded CPU models"
             )
+        smart_turn_url = env.get("SMART_TURN_URL") or None
+        if smart_turn_url is not None and not smart_turn_url.startswith(("http://", "https://")):
+            raise ConfigError(
+                "SMART_TURN_URL must be an http(s):// URL like "
+                f"http://127.0.0.1:8004/v1/end-of-turn, got {smart_turn_url!r}"
+            )
         vad = env.get("VAD", "webrtc").lower()
         if vad not in VAD_KINDS:
             raise ConfigError(f"VAD must be one of {', '.join(VAD_KINDS)}, got {vad!r}")
@@ -380,6 +389,7 @@ class Settings:
             stt_url=urls[0],
             llm_url=urls[1],
             tts_url=urls[2],
+            smart_turn_url=smart_turn_url,
             llm_model=env.get("LLM_MODEL", "gemma-3-270m"),
             llm_api_key=env.get("LLM_API_KEY", "none"),
             llm_max_tokens=_int(env, "LLM_MAX_TOKENS", 40),

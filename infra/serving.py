@@ -17,8 +17,11 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def default_threads() -> int:
-    """CPU threads for one model: all cores up to four (more rarely helps small models)."""
-    return max(1, min(4, os.cpu_count() or 1))
+    """CPU threads for one model: all the cores this process may run on (its affinity: a
+    server pinned with its worker gets that core's one) up to four (more rarely helps
+    small models)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, cores or 1))
 
 
 def server_arguments(description: str) -> argparse.ArgumentParser:

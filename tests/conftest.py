@@ -154,7 +154,7 @@ def speech_16k() -> bytes:
 # ---------------------------------------------------------------------------
 # Processes (issue 18): a test run leaves no process running. The run is the
 # subreaper of everything it starts, so what a killed process orphans (a
-# SIGKILLed worker's smart-turn helper) is adopted by the run rather than by
+# SIGKILLed worker's children) is adopted by the run rather than by
 # init and is seen here; at the end, a descendant still running fails the run,
 # named. Linux (/proc, prctl); elsewhere the check is skipped.
 # ---------------------------------------------------------------------------
@@ -175,9 +175,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if sys.platform != "linux":
         return
-    from agent.pipeline import smart_turn
-
-    smart_turn.shutdown()  # it lives as long as its process: here, the run's
     deadline = time.monotonic() + EXIT_GRACE_S
     while (left := _running_descendants()) and time.monotonic() < deadline:
         time.sleep(0.1)

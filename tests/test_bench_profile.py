@@ -18,7 +18,7 @@ from tools.bench_profile import (
 )
 
 WORKER = 'process 100:"python -m tools.bench_sip_worker --calls 8";'
-SPAWNED = 'process 100:"python -m tools.bench_sip_worker";process 101:"python -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=19) --multiprocessing-fork";'  # noqa: E501
+SERVICE = 'process 100:"python -m tools.bench_sip_worker";process 101:"python -m infra.smart_turn_server --host 127.0.0.1 --port 40123";'  # noqa: E501
 SENDING = 'process 100:"python -m tools.bench_sip_worker";process 102:"python -m telephony.rtp.sender 23";'  # noqa: E501
 RAW = f"""\
 {WORKER}thread (1): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 500
@@ -32,8 +32,10 @@ RAW = f"""\
 {WORKER}thread (1): MainThread;_run_once (asyncio/base_events.py:1922);_run (asyncio/events.py:80) 5
 {SENDING}thread (7): MainThread;run (telephony/rtp/sender.py:313);run_due (telephony/rtp/pacer.py:90);send_slot (telephony/rtp/sender.py:230) 25
 {SENDING}thread (7): MainThread;run (telephony/rtp/sender.py:307) 400
-{SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);_predict (agent/pipeline/smart_turn.py:45);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 60
-{SPAWNED}thread (8): MainThread;_process_worker (concurrent/futures/process.py:250);get (multiprocessing/queues.py:103) 70
+{SERVICE}thread (8): smart-turn_0;_worker (concurrent/futures/thread.py:81);predict (infra/smart_turn_server.py:132);run (onnxruntime/capi/onnxruntime_inference_collection.py:406) 50
+{SERVICE}thread (9): MainThread;_run_once (asyncio/base_events.py:1922);end_of_turn (infra/smart_turn_server.py:238);read (aiohttp/web_request.py:700) 10
+{SERVICE}thread (8): smart-turn_0;_worker (concurrent/futures/thread.py:81) 70
+{SERVICE}thread (9): MainThread;run (asyncio/runners.py:118);_run_once (asyncio/base_events.py:1922);select (selectors.py:468) 300
 """  # noqa: E501
 
 
@@ -45,10 +47,10 @@ def test_each_sample_counts_for_its_innermost_part_and_waits_are_idle() -> None:
     assert parts["STT client (websocket)"] == 10  # aiohttp's writing counts for the STT
     assert parts[SENDER] == 25  # the sender process's, though the pacer drives it
     assert "RTP in (socket, jitter buffer, G.711 decode)" not in parts
-    # The helper process's model runs and a thread's (pipecat's own analyzer).
-    assert parts[SMART_TURN] == 60 + 15
+    # The service's requests and model runs, and a thread's (pipecat's own analyzer).
+    assert parts[SMART_TURN] == 50 + 10 + 15
     assert parts[OTHER] == 5
-    # The loops' selects, the idle pool thread, the helper's wait, other threads, and the
+    # The loops' selects, the idle pool threads, other threads, and the
     # thread lines py-spy gives without a name, are left out.
     assert total == 30 + 20 + 10 + 25 + 75 + 5
 

@@ -24,9 +24,11 @@ def test_model_urls_together():
         "VAD": "Silero",
         "PORT": "9090",
         "PRICE_BOOK": "/etc/agent/prices.toml",
+        "SMART_TURN_URL": "http://127.0.0.1:8004/v1/end-of-turn",
     }
     settings = Settings.from_env(env)
     assert not settings.embedded_models
+    assert settings.smart_turn_url == "http://127.0.0.1:8004/v1/end-of-turn"
     assert settings.llm_url == "http://llm:8000/v1"
     assert settings.vad == "silero"
     assert settings.port == 9090
@@ -38,6 +40,7 @@ def test_model_urls_together():
     [
         ({"STT_URL": "ws://x/v1/listen"}, "go together"),
         ({"VAD": "energy"}, "VAD must be one of"),
+        ({"SMART_TURN_URL": "127.0.0.1:8004"}, "SMART_TURN_URL must be an http"),
         ({"VAD_AGGRESSIVENESS": "7"}, "VAD_AGGRESSIVENESS"),
         ({"PORT": "eighty"}, "PORT must be an integer"),
         ({"VAD_STOP_SECS": "soon"}, "VAD_STOP_SECS must be a number"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,8 +11,11 @@ import time
 from pathlib import Path
 
 import aiohttp
+import numpy as np
 import pytest
 
+from agent.config import Settings
+from agent.pipeline.smart_turn import SmartTurnClient
 from agent.runtime import embedded
 from agent.runtime.embedded import ModelServers, ServerProcess, ServerStartError
 
@@ -50,6 +54,47 @@ async def test_stub_mode_serves_all_three_urls_from_one_child(tmp_path: Path) ->
 
     assert stub.process.returncode is not None
     assert (tmp_path / "stub.log").read_text().startswith("--- ")
+
+
+MODEL_URLS = {
+    "STT_URL": "ws://models:9000/v1/listen",
+    "LLM_URL": "http://models:8000/v1",
+    "TTS_URL": "http://models:9001/v1/speech",
+}
+
+
+async def test_a_host_with_model_urls_starts_its_smart_turn_service_alone(tmp_path: Path) -> None:
+    settings = Settings.from_env({**MODEL_URLS, "DATA_DIR": str(tmp_path)})
+    async with await ModelServers.for_settings(settings) as servers:
+        [service] = servers.servers
+        assert service.name == "smart-turn"
+        assert servers.smart_turn_url == f"{service.base_url}/v1/end-of-turn"
+        assert servers.env() == {**MODEL_URLS, "SMART_TURN_URL": servers.smart_turn_url}
+        status, health = await get_json(f"{service.base_url}/health")
+        assert (status, health["providers"]) == (200, ["CPUExecutionProvider"])
+    assert service.process.returncode is not None
+    assert (tmp_path / "logs" / "smart-turn.log").exists()
+
+
+async def test_a_host_given_every_url_starts_nothing() -> None:
+    url = "http://turns:8004/v1/end-of-turn"
+    servers = await ModelServers.for_settings(
+        Settings.from_env({**MODEL_URLS, "SMART_TURN_URL": url})
+    )
+    assert servers.servers == []
+    assert servers.env() == {**MODEL_URLS, "SMART_TURN_URL": url}
+
+
+async def test_the_stub_set_decides_the_end_of_turns_for_real(tmp_path: Path) -> None:
+    settings = Settings.from_env({"DATA_DIR": str(tmp_path)})
+    async with await ModelServers.for_settings(settings, stub=True) as servers:
+        assert sorted(server.name for server in servers.servers) == ["smart-turn", "stub"]
+        assert servers.smart_turn_url is not None
+        client = SmartTurnClient(servers.smart_turn_url, deadline_s=30)
+        silence = np.zeros(16000, dtype=np.float32)
+        answer = await asyncio.to_thread(client.decide, silence, 16000)
+        client.close()
+        assert answer["prediction"] in (0, 1) and 0 < answer["probability"] < 1
 
 
 async def test_a_child_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:

@@ -67,6 +67,20 @@ async def _offer(client: aiohttp.ClientSession, base: str) -> tuple[RTCPeerConne
         return peer, r.status, await r.json()
 
 
+def _smart_turn_parents(parents: set[int]) -> list[int]:
+    """The parent of every smart-turn service that one of ``parents`` started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            command = (entry / "cmdline").read_bytes()
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):  # not a process, or gone meanwhile
+            continue
+        if ppid in parents and b"infra.smart_turn_server" in command:
+            found.append(ppid)
+    return found
+
+
 def _rows(engine: Engine) -> dict[str, tuple[str | None, str, str | None]]:
     with Session(engine) as session:
         return {c.id: (c.worker, c.status, c.end_reason) for c in session.scalars(select(Call))}
@@ -110,6 +124,9 @@ async def test_two_workers_share_the_calls_survive_a_kill_and_drain(
 
             health = await _until(both_ready, 120, "two ready workers")
             assert [w["worker"] for w in health["workers"]] == [f"{host}-w0", f"{host}-w1"]
+            # One smart-turn service for the host's calls: the supervisor's, none per worker.
+            pids = {supervisor.pid, *(w["pid"] for w in health["workers"])}
+            assert _smart_turn_parents(pids) == [supervisor.pid]
 
             # Each call goes to the worker with room; the third finds none.
             calls = []

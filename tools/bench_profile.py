@@ -9,8 +9,9 @@ of its stack that belongs to one (so the time aiohttp spends writing the STT's w
 counts for the STT client, the time asyncio's queues spend between two processors for
 pipecat's frame hops). The worker's helper processes on the same core count whole: every
 busy sample of the RTP sender (``telephony.rtp.sender``) for the outgoing packets, every
-sample of the smart-turn process running its model for smart-turn (so does a thread of
-the worker running it, as pipecat's own analyzer does). Samples of a loop waiting in
+busy sample of the smart-turn service the worker started (``infra.smart_turn_server``:
+its requests and its model) for smart-turn, and so does a thread of the worker asking it
+(or running the model, as pipecat's own analyzer does). Samples of a loop waiting in
 ``select`` are idle and left out; so are the worker's other threads.
 """
 
@@ -99,8 +100,8 @@ def summarize(raw: str) -> tuple[Counter[str], int]:
         part = None
         if "telephony.rtp.sender" in command:
             part = SENDER if part_of(frames) is not None else None
-        elif "multiprocessing" in command:  # the smart-turn process
-            part = SMART_TURN if part_of(frames) == SMART_TURN else None
+        elif "infra.smart_turn_server" in command:  # the service: its HTTP and its model
+            part = SMART_TURN if part_of(frames) is not None else None
         elif thread.rsplit(":", 1)[-1].strip() == "MainThread":
             part = part_of(frames)
         elif part_of(frames) == SMART_TURN:  # pipecat's own analyzer, in a thread

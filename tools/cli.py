@@ -344,7 +344,7 @@ def _smart_turn(args: argparse.Namespace, settings: Settings) -> int:
             f"--calls must be positive integers like 1,8,32 and --decisions at least 1, "
             f"got {args.calls!r} and {args.decisions}"
         )
-    return run_smart_turn_bench(loads, args.decisions, args.output)
+    return run_smart_turn_bench(loads, args.decisions, args.output, args.device, settings)
 
 
 def _compliance(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,5 +1,4 @@
-"""pipecat's smart-turn v3 end-of-turn model, run for all of a worker's calls in one helper
-process.
+"""pipecat's smart-turn v3 end-of-turn model, asked of the host's smart-turn service.
 
 ``LocalSmartTurnAnalyzerV3`` loads its model into a new ONNX Runtime session for every
 analyzer, and a call needs an analyzer of its own (it holds the call's audio): each call
@@ -9,182 +8,183 @@ of its CPU with stub models: ``bench capacity --profile``), and run in a thread 
 worker it holds the GIL in long stretches, which makes the RTP pacer late.
 
 So the analyzer here keeps the call's state in the worker and sends each prediction (the
-turn's audio, at most 8 s) to a helper process that holds the one model: the worker's
-thread waits without the GIL. The helper runs under ``SCHED_IDLE``: a prediction (~50 ms of
-CPU, whatever the turn's length) takes only the time the calls leave on the core, and any
-of the worker's threads that wakes takes the core from it at once. As an ordinary process
-it kept the worker's event loop waiting for its slice to end (up to a 4 ms kernel tick),
-and the calls' audio with it (``bench capacity``, measured with ``perf sched``).
+turn's audio, at most 8 s, as 16-bit PCM) to the host's smart-turn service
+(``infra/smart_turn_server.py``, at ``SMART_TURN_URL``), which holds the one model for
+every worker of the host and batches the decisions of all their calls into one run of one
+ONNX session. The analyzer's thread waits on its socket without the GIL; the worker's
+event loop is not involved. Each thread in flight holds one keep-alive HTTP connection of
+the worker's pool (``SmartTurnClient``), kept for the next decision.
 
-The decisions of all the worker's calls are batched (``Decisions``): those asked for while
-the helper is busy go to it together, as one run of the one ONNX session, whose cost grows
-much less than its batch (``python -m agent bench smart-turn``, docs/benchmarks/smart-turn.md).
+The service failing must not cost a call: a decision that does not come within the
+deadline, or a service that is down, is "incomplete", and the turn ends by pipecat's
+fallback (``TURN_FALLBACK_SECS`` of silence) as if the model had said so; the next
+decision connects again.
 """
 
 from __future__ import annotations
 
-import functools
+import http.client
+import json
 import logging
-import multiprocessing
-import multiprocessing.connection
-import os
+import select
 import threading
-from collections.abc import Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
-import soxr
 from pipecat.audio.turn.smart_turn.base_smart_turn import BaseSmartTurn
-from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import (
-    LocalSmartTurnAnalyzerV3,
-    compute_whisper_log_mel_features,
-)
+from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
 logger = logging.getLogger(__name__)
 
-#: What the model hears of a turn: its last 8 s at 16 kHz, zeros before a shorter one.
+#: What the model hears of a turn: its last 8 s (the service cuts the rest).
+MODEL_SECONDS = 8
 MODEL_RATE = 16000
-MODEL_SAMPLES = 8 * MODEL_RATE
-#: The most decisions in one run of the model.
-MAX_BATCH = 64
+#: The decision the analyzer takes when the service gives none: the fallback ends the turn.
+INCOMPLETE: dict[str, Any] = {"prediction": 0, "probability": 0.0}
+#: The shortest deadline ``deadline_for`` gives: a batch's run on a busy CPU.
+MIN_DEADLINE_S = 0.2
 
 
-@functools.cache
-def _model(sample_rate: int) -> LocalSmartTurnAnalyzerV3:
-    """In the helper process: pipecat's analyzer, for its model and its prediction."""
-    return LocalSmartTurnAnalyzerV3(sample_rate=sample_rate)
+def deadline_for(fallback_s: float, vad_stop_s: float) -> float:
+    """How long a decision may take: it is asked at the VAD's stop, and one that comes
+    after the fallback's silence would have ended the turn anyway is worth nothing."""
+    return max(MIN_DEADLINE_S, fallback_s - vad_stop_s)
 
 
-def _features(audio: np.ndarray, sample_rate: int) -> np.ndarray:
-    """In the helper process: the model's input for one turn, as pipecat's analyzer makes it."""
-    if sample_rate != MODEL_RATE:
-        audio = soxr.resample(audio, sample_rate, MODEL_RATE, quality="HQ")
-    audio = audio[-MODEL_SAMPLES:]
-    audio = np.pad(audio, (MODEL_SAMPLES - len(audio), 0))
-    return compute_whisper_log_mel_features(audio, do_normalize=True)
+class SmartTurnClient:
+    """One worker's keep-alive connections to the smart-turn service, and its decisions.
 
-
-def _predict(audios: Sequence[np.ndarray], sample_rates: Sequence[int]) -> list[dict[str, Any]]:
-    """In the helper process: the decisions on several turns, one run of the model."""
-    features = np.stack([_features(a, r) for a, r in zip(audios, sample_rates, strict=True)])
-    (probabilities,) = _model(MODEL_RATE)._session.run(None, {"input_features": features})
-    return [
-        {"prediction": 1 if p > 0.5 else 0, "probability": float(p)} for p in probabilities[:, 0]
-    ]
-
-
-@functools.cache
-def helper() -> ProcessPoolExecutor:
-    """The worker's smart-turn process (spawned: the worker has threads; one per worker)."""
-    return ProcessPoolExecutor(
-        max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_background
-    )
-
-
-def _background() -> None:
-    """In the helper process: run only on CPU time nothing else on the core wants, and end
-    with the worker."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except (AttributeError, OSError) as e:  # not Linux
-        logger.info("the smart-turn process keeps its ordinary priority: %s", e)
-    threading.Thread(target=_end_with_parent, name="smart-turn-parent", daemon=True).start()
-
-
-def _end_with_parent() -> None:
-    """In the helper process: exit once the worker is gone, however it went.
-
-    A worker killed outright (SIGKILL, out of memory) never shuts its pool down, and its
-    helper would wait for work forever: it reads a queue whose writing end it holds itself.
-    So would multiprocessing's resource tracker, which the helper keeps open.
-    """
-    parent = multiprocessing.parent_process()
-    if parent is not None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(1)
-
-
-def shutdown() -> None:
-    """Stop the helper process, if one was started; the next prediction starts another.
-
-    The helper lives as long as its worker; this is for what ends sooner than the process
-    (a test run, which then counts the processes it left behind).
-    """
-    if helper.cache_info().currsize:
-        helper().shutdown(wait=True, cancel_futures=True)
-        helper.cache_clear()
-
-
-def _run_in_helper(audios: list[np.ndarray], rates: list[int]) -> list[dict[str, Any]]:
-    try:
-        return helper().submit(_predict, audios, rates).result()
-    except BrokenProcessPool:  # the helper died (killed, out of memory): a new one
-        logger.warning("the smart-turn process died; starting another")
-        helper.cache_clear()
-        return helper().submit(_predict, audios, rates).result()
-
-
-class Decisions:
-    """The end-of-turn decisions of all of a worker's calls, batched.
-
-    A call's analyzer asks from its own thread and waits. The first request starts a run
-    of the helper at once; requests that come while it runs wait for it and then go
-    together, up to ``max_batch``: with one call nothing waits for company, and under
-    load a batch costs the helper far less than its decisions one by one.
+    A decision takes an idle connection (or opens one), sends the turn, waits for the
+    answer until the deadline, and gives the connection back. Any failure closes the
+    connections (the next decision opens a new one) and answers ``INCOMPLETE``; the first
+    failure of a run of them is a warning, its end an info line.
     """
 
-    def __init__(self, max_batch: int = MAX_BATCH) -> None:
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
-        self.max_batch = max_batch
+    def __init__(self, url: str, deadline_s: float) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"the smart-turn URL must be http(s)://host:port/path, got {url!r}")
+        self.url = url
+        self.deadline_s = deadline_s
+        self._https = parts.scheme == "https"
+        self._host, self._port = parts.hostname, parts.port
+        self._path = parts.path or "/"
+        self._idle: list[http.client.HTTPConnection] = []
         self._lock = threading.Lock()
-        self._pending: list[tuple[np.ndarray, int, Future[dict[str, Any]]]] = []
-        self._running = False
+        self._failing = False
 
     def decide(self, audio: np.ndarray, sample_rate: int) -> dict[str, Any]:
-        """pipecat's ``{"prediction", "probability"}`` for one turn's audio (blocking)."""
-        future: Future[dict[str, Any]] = Future()
-        with self._lock:
-            self._pending.append((audio, sample_rate, future))
-            lead = not self._running
-            self._running = True
-        if lead:
-            # A thread runs batches until none is waiting, then ends: an idle worker has none.
-            threading.Thread(target=self._drain, name="smart-turn-batches", daemon=True).start()
-        return future.result()
+        """pipecat's ``{"prediction", "probability"}`` for one turn's float32 audio at
+        ``sample_rate`` (blocking, at most about ``deadline_s``)."""
+        deadline = time.monotonic() + self.deadline_s
+        pcm = np.clip(audio[-MODEL_SECONDS * sample_rate :] * 32768.0, -32768, 32767)
+        body = pcm.astype("<i2").tobytes()
+        connection = self._take()
+        try:
+            connection.request(
+                "POST",
+                f"{self._path}?sample_rate={sample_rate}",
+                body=body,
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            if connection.sock is not None:  # the rest of the deadline for the answer
+                connection.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            response = connection.getresponse()
+            answer = response.read()
+        except (OSError, http.client.HTTPException) as e:
+            connection.close()
+            self.close()  # the others went to the same server: open new ones
+            return self._failed(f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+        self._give_back(connection)
+        try:
+            if response.status != 200:
+                raise ValueError(f"{response.status} {answer[:200].decode(errors='replace')}")
+            result = json.loads(answer)
+            decision = {
+                "prediction": int(result["prediction"]),
+                "probability": float(result["probability"]),
+            }
+        except (ValueError, KeyError, TypeError) as e:
+            return self._failed(f"unexpected answer: {e}")
+        if self._failing:
+            self._failing = False
+            logger.info("the smart-turn service at %s decides again", self.url)
+        return decision
 
-    def _drain(self) -> None:
+    def _failed(self, why: str) -> dict[str, Any]:
+        if not self._failing:
+            self._failing = True
+            logger.warning(
+                "no end-of-turn decision from the smart-turn service at %s (%s): turns are "
+                "taken as unfinished, and end after their fallback silence, until it answers",
+                self.url,
+                why,
+            )
+        else:
+            logger.debug("still no decision from %s: %s", self.url, why)
+        return dict(INCOMPLETE)
+
+    def _take(self) -> http.client.HTTPConnection:
+        """An idle connection the server has not closed meanwhile, or a new one."""
         while True:
             with self._lock:
-                batch = self._pending[: self.max_batch]
-                del self._pending[: self.max_batch]
-                if not batch:
-                    self._running = False
-                    return
-            audios, rates, futures = (list(column) for column in zip(*batch, strict=True))
-            try:
-                results = _run_in_helper(audios, rates)
-            except Exception as e:
-                for future in futures:
-                    future.set_exception(e)
-                continue
-            for future, result in zip(futures, results, strict=True):
-                future.set_result(result)
+                connection = self._idle.pop() if self._idle else None
+            if connection is None:
+                kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+                return kind(self._host, self._port, timeout=self.deadline_s)
+            sock = connection.sock
+            # Readable while idle: the server closed it (or broke the protocol).
+            if sock is not None and not select.select([sock], [], [], 0)[0]:
+                sock.settimeout(self.deadline_s)
+                return connection
+            connection.close()
+
+    def _give_back(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle.append(connection)
+
+    def close(self) -> None:
+        """Close the idle connections (those in use close when their decision fails)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
 
 
-#: The worker's one batcher, shared by its calls.
-DECISIONS = Decisions()
+#: The process's clients, the latest in use: an ``AgentRuntime`` connects one for as long
+#: as it lives (tests run several, one after another or nested).
+_clients: list[SmartTurnClient] = []
 
 
-def warm_up(sample_rate: int) -> None:
-    """Start the helper and load the model before the first call needs it (~2 s)."""
-    DECISIONS.decide(np.zeros(sample_rate // 10, dtype=np.float32), sample_rate)
+def connect(url: str, deadline_s: float) -> SmartTurnClient:
+    """The service at ``url`` answers this process's decisions until ``disconnect``."""
+    client = SmartTurnClient(url, deadline_s)
+    _clients.append(client)
+    return client
+
+
+def disconnect(client: SmartTurnClient) -> None:
+    _clients.remove(client)
+    client.close()
+
+
+def decide(audio: np.ndarray, sample_rate: int) -> dict[str, Any]:
+    """A decision from the service this process is connected to (blocking)."""
+    if not _clients:
+        raise RuntimeError("no smart-turn service: agent.runtime.context connects one")
+    return _clients[-1].decide(audio, sample_rate)
+
+
+def warm_up(sample_rate: int) -> dict[str, Any]:
+    """One decision, so the first call's finds a connection open (and the logs say now,
+    not at the first turn, if the service does not answer)."""
+    return decide(np.zeros(sample_rate // 10, dtype=np.float32), sample_rate)
 
 
 class SmartTurnAnalyzer(LocalSmartTurnAnalyzerV3):
-    """One call's smart-turn v3 analyzer: its state here, its model in the helper process."""
+    """One call's smart-turn v3 analyzer: its state here, its model in the host's service."""
 
     def __init__(self, **kwargs: Any) -> None:
         BaseSmartTurn.__init__(self, **kwargs)  # the state; no model of its own
@@ -192,4 +192,4 @@ class SmartTurnAnalyzer(LocalSmartTurnAnalyzerV3):
 
     def _predict_endpoint(self, audio_array: np.ndarray) -> dict[str, Any]:
         # Called in the analyzer's own thread: it waits here without holding the GIL.
-        return DECISIONS.decide(audio_array, self._sample_rate or MODEL_RATE)
+        return decide(audio_array, self._sample_rate or MODEL_RATE)

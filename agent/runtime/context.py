@@ -25,6 +25,7 @@ from agent.pipeline import smart_turn
 from agent.pipeline.breaker import CircuitBreaker
 from agent.pipeline.call import CallContext, ModelEndpoints
 from agent.pipeline.http_pools import ServiceSessions
+from agent.runtime.embedded import ModelServers
 from agent.store.database import StoreWriter, create_engine_for, mark_abandoned_calls, upgrade
 from telephony.rtp.sender import SENDER
 
@@ -99,25 +100,26 @@ class AgentRuntime:
         self.writer = writer
         self._stack.callback(writer.stop, 10.0)
 
-        if settings.embedded_models or self._stub_models:
-            from agent.runtime.embedded import ModelServers
-
-            servers = await ModelServers.start(
-                stub=self._stub_models, log_dir=settings.data_dir / "logs"
-            )
-            self._stack.push_async_callback(servers.stop)
-            urls = (servers.stt_url, servers.llm_url, servers.tts_url)
-        else:
-            assert settings.stt_url and settings.llm_url and settings.tts_url
-            urls = (settings.stt_url, settings.llm_url, settings.tts_url)
+        # What the settings leave to this process: the models with no URL (or the stub), the
+        # smart-turn service with no SMART_TURN_URL (``serve --workers`` gives its workers one).
+        servers = await ModelServers.for_settings(settings, stub=self._stub_models)
+        self._stack.push_async_callback(servers.stop)
+        urls = (servers.stt_url, servers.llm_url, servers.tts_url)
+        assert servers.smart_turn_url is not None
 
         sessions = ServiceSessions()
         self._stack.push_async_callback(sessions.close)
         stt_model = await _describe(sessions.session("stt"), urls[0], "model")
         tts_voice = await _describe(sessions.session("tts"), urls[2], "voice")
         models = ModelEndpoints(*urls, stt_model=stt_model, tts_voice=tts_voice)
-        logger.info("models: STT %s, LLM %s, TTS %s", *map(hide_password, urls))
-        # The end-of-turn model's process, loaded before the first call waits for it.
+        logger.info(
+            "models: STT %s, LLM %s, TTS %s, smart-turn %s",
+            *map(hide_password, (*urls, servers.smart_turn_url)),
+        )
+        deadline = smart_turn.deadline_for(settings.turn_fallback_secs, settings.vad_stop_secs)
+        client = smart_turn.connect(servers.smart_turn_url, deadline)
+        self._stack.callback(smart_turn.disconnect, client)
+        # A connection to it open before the first call's first turn.
         await asyncio.to_thread(smart_turn.warm_up, settings.audio_in_sample_rate)
         if settings.sip_port is not None or settings.sip_trunk:
             # The RTP sender's process, up before the first call's first packet is due.

@@ -3,7 +3,10 @@
 With no model URLs configured, the agent starts the STT, LLM and TTS servers of ``infra/``
 on this machine, on free ports, and talks to them over the network like to any other
 deployment (one code path from a laptop to a cluster). ``stub=True`` starts the one stub
-server instead, which answers all three protocols instantly.
+server instead, which answers all three protocols instantly. The smart-turn service
+(``infra/smart_turn_server.py``), a small CPU model that decides the end of every turn of
+the host's calls, is started the same way unless ``SMART_TURN_URL`` names one, stubbed or
+not: the stub set's calls too need real decisions.
 
 Children die with the agent. Each child runs in its own session, so a Ctrl-C in the
 terminal reaches only the agent, which stops them in order (SIGTERM, then SIGKILL after
@@ -32,6 +35,8 @@ from typing import IO
 
 import aiohttp
 
+from agent.config import Settings
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_LOG_DIR = Path("data/logs")
@@ -41,6 +46,7 @@ _PR_SET_PDEATHSIG = 1
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODEL_SERVERS = {"stt": "infra.stt_server", "llm": "infra.llm_server", "tts": "infra.tts_server"}
 STUB_SERVER = {"stub": "infra.stub_server"}
+SMART_TURN_SERVER = {"smart-turn": "infra.smart_turn_server"}
 
 
 class ServerStartError(RuntimeError):
@@ -191,16 +197,25 @@ class ServerProcess:
 
 
 class ModelServers:
-    """The STT, LLM and TTS servers (or the stub) running as children of this process.
+    """The model servers running as children of this process, and every model's URL.
 
-    Use as ``async with await ModelServers.start() as servers: ...``.
+    Use as ``async with await ModelServers.start() as servers: ...``, or
+    ``ModelServers.for_settings(settings)`` for what a host runs itself.
     """
 
-    def __init__(self, servers: Sequence[ServerProcess], stt: str, llm: str, tts: str) -> None:
+    def __init__(
+        self,
+        servers: Sequence[ServerProcess],
+        stt_url: str,
+        llm_url: str,
+        tts_url: str,
+        smart_turn_url: str | None = None,
+    ) -> None:
         self.servers = list(servers)
-        self.stt_url = f"{stt.replace('http://', 'ws://', 1)}/v1/listen"
-        self.llm_url = f"{llm}/v1"
-        self.tts_url = f"{tts}/v1/speech"
+        self.stt_url = stt_url
+        self.llm_url = llm_url
+        self.tts_url = tts_url
+        self.smart_turn_url = smart_turn_url
 
     @classmethod
     async def start(
@@ -208,26 +223,53 @@ class ModelServers:
         stub: bool = False,
         host: str = "127.0.0.1",
         *,
+        smart_turn: bool = False,
         log_dir: Path = DEFAULT_LOG_DIR,
         timeout: float = DEFAULT_START_TIMEOUT_S,
     ) -> ModelServers:
-        """Start the servers in parallel and return once every ``/health`` answers 200."""
-        names = STUB_SERVER if stub else MODEL_SERVERS
-        started = time.monotonic()
-        servers: list[ServerProcess] = []
-        try:
-            for name, module in names.items():
-                servers.append(ServerProcess.launch(name, module, host=host, log_dir=log_dir))
-            await _wait_all_healthy(servers, timeout)
-        except BaseException:
-            await asyncio.gather(*(server.stop() for server in servers))
-            raise
-        logger.info("model servers ready in %.1f s", time.monotonic() - started)
-        if stub:
-            url = servers[0].base_url
-            return cls(servers, url, url, url)
-        by_name = {server.name: server.base_url for server in servers}
-        return cls(servers, by_name["stt"], by_name["llm"], by_name["tts"])
+        """Start the STT, LLM and TTS servers (or the stub), and the smart-turn service with
+        ``smart_turn``, in parallel; return once every ``/health`` answers 200."""
+        names = {**(STUB_SERVER if stub else MODEL_SERVERS)}
+        if smart_turn:
+            names.update(SMART_TURN_SERVER)
+        servers = await _launch(names, host, log_dir, timeout)
+        urls = _urls(servers)
+        return cls(
+            servers, urls["stt_url"], urls["llm_url"], urls["tts_url"], urls.get("smart_turn_url")
+        )
+
+    @classmethod
+    async def for_settings(
+        cls, settings: Settings, *, stub: bool = False, host: str = "127.0.0.1"
+    ) -> ModelServers:
+        """What ``settings`` leave to this host, started: the models when no model URL is
+        set (the stub with ``stub``), the smart-turn service when ``SMART_TURN_URL`` is not;
+        with every URL, the configured ones as they are. Logs in ``DATA_DIR/logs``."""
+        names: dict[str, str] = {}
+        if stub or settings.embedded_models:
+            names.update(STUB_SERVER if stub else MODEL_SERVERS)
+        if not settings.smart_turn_url:
+            names.update(SMART_TURN_SERVER)
+        log_dir = settings.data_dir / "logs"
+        servers = await _launch(names, host, log_dir, DEFAULT_START_TIMEOUT_S) if names else []
+        urls = _urls(servers)
+        return cls(
+            servers,
+            urls.get("stt_url") or settings.stt_url or "",
+            urls.get("llm_url") or settings.llm_url or "",
+            urls.get("tts_url") or settings.tts_url or "",
+            urls.get("smart_turn_url") or settings.smart_turn_url,
+        )
+
+    def env(self) -> dict[str, str]:
+        """The URLs as the settings' variables, for worker processes."""
+        urls = {
+            "STT_URL": self.stt_url,
+            "LLM_URL": self.llm_url,
+            "TTS_URL": self.tts_url,
+            "SMART_TURN_URL": self.smart_turn_url,
+        }
+        return {name: url for name, url in urls.items() if url}
 
     async def stop(self) -> None:
         """Stop every server (in parallel); safe to call twice."""
@@ -243,6 +285,42 @@ class ModelServers:
         traceback: TracebackType | None,
     ) -> None:
         await self.stop()
+
+
+async def _launch(
+    names: Mapping[str, str], host: str, log_dir: Path, timeout: float
+) -> list[ServerProcess]:
+    """Start the servers ``names`` (name -> module) in parallel, healthy; none left
+    running if one fails."""
+    started = time.monotonic()
+    servers: list[ServerProcess] = []
+    try:
+        for name, module in names.items():
+            servers.append(ServerProcess.launch(name, module, host=host, log_dir=log_dir))
+        await _wait_all_healthy(servers, timeout)
+    except BaseException:
+        await asyncio.gather(*(server.stop() for server in servers))
+        raise
+    logger.info("model servers ready in %.1f s", time.monotonic() - started)
+    return servers
+
+
+def _urls(servers: Sequence[ServerProcess]) -> dict[str, str]:
+    """The service URLs the started ``servers`` serve, by ``ModelServers`` argument."""
+    base = {server.name: server.base_url for server in servers}
+    urls: dict[str, str] = {}
+    stt = base.get("stt", base.get("stub"))
+    llm = base.get("llm", base.get("stub"))
+    tts = base.get("tts", base.get("stub"))
+    if stt and llm and tts:
+        urls.update(
+            stt_url=f"{stt.replace('http://', 'ws://', 1)}/v1/listen",
+            llm_url=f"{llm}/v1",
+            tts_url=f"{tts}/v1/speech",
+        )
+    if "smart-turn" in base:
+        urls["smart_turn_url"] = f"{base['smart-turn']}/v1/end-of-turn"
+    return urls
 
 
 async def _wait_all_healthy(servers: Sequence[ServerProcess], timeout: float) -> None:

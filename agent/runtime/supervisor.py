@@ -6,8 +6,9 @@ cores are used by running one worker process per core rather than more calls
 in one. ``python -m agent serve --workers N`` is this module:
 
 - the **model servers** are started once (the embedded CPU ones, when no model
-  URL is set) and every worker is given their URLs, so N workers do not load
-  N copies of the models;
+  URL is set; the smart-turn service, when ``SMART_TURN_URL`` is not) and every
+  worker is given their URLs, so N workers do not load N copies of the models
+  and the end-of-turn decisions of all their calls are batched together;
 - **workers** are ``python -m agent serve`` child processes, worker ``i`` on
   ``PORT + 1 + i`` (and ``SIP_PORT + 1 + i`` on ``SIP_HOST`` when SIP is on),
   HTTP bound to the loopback address, with ``WORKER_ID`` ``<host>-w<i>`` so that a worker
@@ -427,14 +428,9 @@ async def run(settings: Settings, workers: int, host: str | None, port: int | No
     host, port = host or settings.host, port or settings.port
     settings = dataclasses.replace(settings, host=host, port=port)
     async with contextlib.AsyncExitStack() as stack:
-        if settings.embedded_models:
-            servers = await ModelServers.start(log_dir=settings.data_dir / "logs")
-            stack.push_async_callback(servers.stop)
-            urls = (servers.stt_url, servers.llm_url, servers.tts_url)
-        else:
-            urls = (settings.stt_url or "", settings.llm_url or "", settings.tts_url or "")
-        model_env = dict(zip(("STT_URL", "LLM_URL", "TTS_URL"), urls, strict=True))
-        supervisor = Supervisor(settings, workers, model_env)
+        servers = await ModelServers.for_settings(settings)
+        stack.push_async_callback(servers.stop)
+        supervisor = Supervisor(settings, workers, servers.env())
         stack.push_async_callback(supervisor.stop)
         await supervisor.start()
         runner = web.AppRunner(supervisor.app())
