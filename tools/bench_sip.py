@@ -38,7 +38,6 @@ from pathlib import Path
 import aiohttp
 
 from agent.runtime.embedded import (
-    STUB_SERVER,
     ModelServers,
     ServerProcess,
     ServerStartError,
@@ -58,12 +57,11 @@ from tools.bench_sip_callers import (
 )
 from tools.bench_sip_report import capacity_report, percent, sip_report
 from tools.bench_sip_runs import LIMIT_S, Run, Step, StepRuns, Variant
-from tools.bench_sip_worker import SETTLE_S, BenchError
+from tools.bench_sip_worker import SERVICE_PID_ENV, SETTLE_S, BenchError
 
 logger = logging.getLogger(__name__)
 
 WORKER_START_TIMEOUT_S = 60.0
-STUB_START_TIMEOUT_S = 60.0
 #: After the last call ended: the worker flushes its records and writes the result.
 WORKER_EXIT_TIMEOUT_S = 30.0
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -262,11 +260,14 @@ async def _run(
         (workdir / "bench_call.xml").write_text(SIPP_SCENARIO)
         database_url = f"sqlite:///{workdir / 'bench.db'}"
         await asyncio.to_thread(caller_on_file, database_url, workdir)
-        async with await _stub_models(workdir) as stub:
+        async with await _models(workdir) as models:
+            smart_turn = next(s for s in models.servers if s.name == "smart-turn")
             env = {
-                "STT_URL": stub.stt_url,
-                "LLM_URL": stub.llm_url,
-                "TTS_URL": stub.tts_url,
+                "STT_URL": models.stt_url,
+                "LLM_URL": models.llm_url,
+                "TTS_URL": models.tts_url,
+                "SMART_TURN_URL": models.smart_turn_url or "",
+                SERVICE_PID_ENV: str(smart_turn.process.pid),
                 "DATABASE_URL": database_url,
                 "SIP_HOST": "127.0.0.1",
                 "TTS_FALLBACK": "none",
@@ -288,18 +289,17 @@ async def _run(
     return Run(results, cycle_s, profiles, realtime, load, runs)
 
 
-async def _stub_models(log_dir: Path) -> ModelServers:
-    """The stub models, logging to ``log_dir``/stub.log: their STT hears the caller's words
-    (``caller_words``) in every turn, their LLM answers with the counter-offer in its own
-    words (``phrased_counter``)."""
-    args = ["--transcript", caller_words(), "--reply", phrased_counter()]
-    server = ServerProcess.launch("stub", STUB_SERVER["stub"], log_dir=log_dir, args=args)
-    try:
-        await server.wait_healthy(STUB_START_TIMEOUT_S)
-    except BaseException:
-        await server.stop()
-        raise
-    return ModelServers([server], server.base_url, server.base_url, server.base_url)
+async def _models(log_dir: Path) -> ModelServers:
+    """The stub models and the host's smart-turn service, logging to ``log_dir``: the stub
+    STT hears the caller's words (``caller_words``) in every turn, the stub LLM answers with
+    the counter-offer in its own words (``phrased_counter``). The smart-turn service is a
+    real model, shared by the host's workers as in production, so it runs here with the
+    stub models, off the worker's core, at their priority; its CPU is measured apart."""
+    args = {
+        "stub": ["--transcript", caller_words(), "--reply", phrased_counter()],
+        "smart-turn": ["--nice", "0"],
+    }
+    return await ModelServers.start(stub=True, smart_turn=True, log_dir=log_dir, args=args)
 
 
 def _show(text: str, error: bool = False) -> None:

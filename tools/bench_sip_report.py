@@ -81,19 +81,21 @@ def steps_table(groups: Sequence[StepRuns], column: str) -> str:
         f"| {column} | calls | runs passed | holds | runs failed on | within 5 ms: median "
         "| within 5 ms: worst "
         "| p99.9 ms: median | p99.9 ms: worst | answer p95 ms: median "
-        "| CPU per call: core-ms per call-s, mean [95 % interval] | worker's core busy %: median "
+        "| CPU per call: core-ms per call-s, mean [95 % interval] "
+        "| smart-turn service: core-ms per call-s | worker's core busy %: median "
         "| LLM requests per answer |",
-        "|---|---:|---:|:-:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|:-:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for g in groups:
         within, worst_within = g.within()
         p999, worst_p999 = g.p999_s()
-        cpu = g.cpu_per_call()
+        cpu, service = g.cpu_per_call(), g.service_cpu_per_call()
         rows.append(
             f"| {g.variant} | {g.calls} | {g.passes}/{len(g.runs)} "
             f"| {'yes' if g.held else 'no ✗'} | {g.failures()} | {percent(within)} "
             f"| {percent(worst_within)} | {_ms(p999)} | {_ms(worst_p999)} "
             f"| {answer_ms(g.answer_p95_ms())} | {cpu if cpu else '–'} "
+            f"| {service if service else '–'} "
             f"| {g.core_percent():.0f} | {g.llm_per_answer():.2f} |"
         )
     return "\n".join(rows)
@@ -104,17 +106,17 @@ def headline(groups: Sequence[StepRuns], variants: Sequence[Variant], column: st
     and, beside it, its CPU per call at that step."""
     rows = [
         f"| {column} | calls carried | CPU per call there: core-ms per call-s, mean "
-        "[95 % interval] | runs |",
-        "|---|---:|---:|---:|",
+        "[95 % interval] | and the smart-turn service's | runs |",
+        "|---|---:|---:|---:|---:|",
     ]
     for variant in variants:
         best = calls_per_core(groups, variant.name)
         if best is None:
-            rows.append(f"| {variant.name} | none of the steps | – | – |")
+            rows.append(f"| {variant.name} | none of the steps | – | – | – |")
             continue
         rows.append(
             f"| {variant.name} | **{best.calls}** | {best.cpu_per_call()} "
-            f"| {best.passes} of {len(best.runs)} passed |"
+            f"| {best.service_cpu_per_call()} | {best.passes} of {len(best.runs)} passed |"
         )
     return "\n".join(rows)
 
@@ -138,10 +140,12 @@ def columns() -> str:
     return (
         "*runs passed*: of the step's runs (each a fresh worker); *within 5 ms*, *p99.9 ms*: "
         "the median and the worst of the runs; *CPU per call*: the CPU time of the worker "
-        "process and its helper processes (the RTP sender, the smart-turn model) over the "
-        "window, in core-milliseconds per second of each call, the mean of the runs and its "
-        "95 % interval (Student's t; the figure least sensitive to the machine's other work, "
-        "which it leaves out); *worker's core busy %*: how busy the worker's core(s) were, "
+        "process and its helper process (the RTP sender) over the window, in "
+        "core-milliseconds per second of each call, the mean of the runs and its 95 % "
+        "interval (Student's t; the figure least sensitive to the machine's other work, "
+        "which it leaves out); *smart-turn service*: the same for the host's smart-turn "
+        "service over the window (a model's CPU, on the models' core: on a GPU host it is "
+        "the GPU's); *worker's core busy %*: how busy the worker's core(s) were, "
         "whatever ran there. In the table of every run: *packets*: every packet the agent "
         "sent in the window; *underruns*: slots sent as silence inside the agent's speech "
         "because its audio came too late (the sender counts a silence of at most "
@@ -257,14 +261,15 @@ def capacity_report(
         "",
         top,
         "",
-        f"The worker process is pinned to core {worker_core}, and its helper processes with "
-        "it (the RTP sender, the smart-turn model); the stub models (one "
-        "`infra/stub_server.py`), sipp and the bench keep to the other core(s), but nothing "
+        f"The worker process is pinned to core {worker_core}, and its helper process with "
+        "it (the RTP sender); the stub models (one `infra/stub_server.py`), the host's "
+        "smart-turn service (`infra/smart_turn_server.py`, a real model, at the stubs' "
+        "priority), sipp and the bench keep to the other core(s), but nothing "
         "keeps the machine's other work off the worker's core: *worker's core busy %* "
         f"counts it, *CPU per call* does not. {_setup(measured, hold_s)}",
         "",
-        "All three end a caller's turn alike: the same VAD, smart-turn v3 in the worker's "
-        "helper process, the turn ended anyway after `TURN_FALLBACK_SECS` of silence. They "
+        "All three end a caller's turn alike: the same VAD, smart-turn v3 asked of the "
+        "host's service, the turn ended anyway after `TURN_FALLBACK_SECS` of silence. They "
         "ask the LLM alike too, once an answer, and *LLM requests per answer* (the chat "
         "completions in the stub server's access log over the agent's answers, each call's "
         "whole life) shows it: the stock pipeline asks it every turn; in phrase mode the "

@@ -117,7 +117,7 @@ class Step:
     variant: str
     calls: int
     window_s: float
-    #: The worker process's CPU, and its helper processes' (RTP sender, smart-turn).
+    #: The worker process's CPU, and its helper process's (the RTP sender).
     cpu_s: float
     machine_cpu_s: float
     core_cpu_s: float
@@ -137,6 +137,8 @@ class Step:
     #: The agent's answers over the calls' whole life, and the LLM requests they made.
     answers_all: int = 0
     llm_requests: int = 0
+    #: The host's smart-turn service's CPU over the window (the bench's calls alone use it).
+    service_cpu_s: float = 0.0
 
     @classmethod
     def from_json(
@@ -159,6 +161,7 @@ class Step:
             run=run,
             answers_all=data["answers_all"],
             llm_requests=llm_requests,
+            service_cpu_s=data.get("service_cpu_s", 0.0),
         )
 
     @classmethod
@@ -194,6 +197,11 @@ class Step:
     def cpu_per_call(self) -> float:
         """Core-milliseconds the worker and its helpers spent per call-second."""
         return 1000 * self.cpu_s / (self.calls * self.window_s)
+
+    @property
+    def service_cpu_per_call(self) -> float:
+        """Core-milliseconds the smart-turn service spent per call-second."""
+        return 1000 * self.service_cpu_s / (self.calls * self.window_s)
 
     @property
     def cpu_percent(self) -> float:
@@ -267,6 +275,11 @@ class StepRuns:
     def cpu_per_call(self) -> Interval | None:
         """Core-ms per call-second, mean and 95 % interval over the measured runs."""
         values = [run.cpu_per_call for run in self.measured]
+        return Interval.of(values) if values else None
+
+    def service_cpu_per_call(self) -> Interval | None:
+        """The smart-turn service's core-ms per call-second, as ``cpu_per_call``."""
+        values = [run.service_cpu_per_call for run in self.measured]
         return Interval.of(values) if values else None
 
     def llm_per_answer(self) -> float:

@@ -44,6 +44,9 @@ PIPELINES = {
     "plain": "pipecat's stock voice pipeline (plain_pipeline)",
 }
 POLL_S = 0.02
+#: The host's smart-turn service the calls ask (its process id): its CPU over the window
+#: is measured apart from the worker's, as a model's.
+SERVICE_PID_ENV = "BENCH_SMART_TURN_PID"
 #: The window opens this long after the last call is up, and not before every call has
 #: answered its caller once: building a call's pipeline holds the event loop (see the
 #: report), which is the ramp-up's story, not the steady state's; and the first answer
@@ -156,9 +159,9 @@ def _busy_cpu_s(cpus: set[int] | None = None) -> float:
 def _tree_cpu_s(root: int | None = None) -> float:
     """CPU seconds ``root`` (this process) and its live descendants have used (Linux).
 
-    A call's cost is not only the worker's: its RTP sender and smart-turn model run in
-    helper processes. Unlike the busy time of the worker's core, this leaves out whatever
-    else the machine runs there."""
+    A call's cost is not only the worker's: its RTP sender runs in a helper process, and
+    the host's smart-turn service (``root``) is measured the same way. Unlike the busy time
+    of the worker's core, this leaves out whatever else the machine runs there."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
@@ -205,13 +208,15 @@ async def _carry(
         most = max(most, live())
         return most >= calls
 
+    service = int(os.environ.get(SERVICE_PID_ENV) or 0) or None
+
     def now() -> tuple[float, float, float, float, float]:
         return (
             time.monotonic(),
             _tree_cpu_s(),
             _busy_cpu_s(),
             _busy_cpu_s(core),
-            time.process_time(),
+            _tree_cpu_s(service) if service else 0.0,
         )
 
     try:
@@ -239,7 +244,7 @@ async def _carry(
         "tree_cpu_s": ended[1] - started[1],
         "machine_cpu_s": ended[2] - started[2],
         "core_cpu_s": ended[3] - started[3],
-        "worker_cpu_s": ended[4] - started[4],
+        "service_cpu_s": ended[4] - started[4],
         "counts": counts,
         "skipped": skipped,
         "underruns": underruns,
@@ -281,8 +286,8 @@ def plain_pipeline(ctx: CallContext, transport: BaseTransport, call_id: str) -> 
     pipecat's VAD processor (on our VAD analyzer, the same settings), its context
     aggregators, its turn tracking, and its OpenAI LLM service on every turn instead of
     the policy; no guard, recording, ledger or call records. The end of a turn is decided
-    as the agent's calls decide it, so that both do the same work: smart-turn v3 in the
-    worker's helper process, the turn ended anyway after ``TURN_FALLBACK_SECS`` of silence
+    as the agent's calls decide it, so that both do the same work: smart-turn v3 asked of
+    the host's service, the turn ended anyway after ``TURN_FALLBACK_SECS`` of silence
     (pipecat's default would run the model in the worker, with a 3 s fallback).
     """
     from pipecat.audio.turn.smart_turn.base_smart_turn import SmartTurnParams

@@ -226,13 +226,15 @@ class ModelServers:
         smart_turn: bool = False,
         log_dir: Path = DEFAULT_LOG_DIR,
         timeout: float = DEFAULT_START_TIMEOUT_S,
+        args: Mapping[str, Sequence[str]] | None = None,
     ) -> ModelServers:
         """Start the STT, LLM and TTS servers (or the stub), and the smart-turn service with
-        ``smart_turn``, in parallel; return once every ``/health`` answers 200."""
+        ``smart_turn``, in parallel, each with its ``args`` by name if any; return once
+        every ``/health`` answers 200."""
         names = {**(STUB_SERVER if stub else MODEL_SERVERS)}
         if smart_turn:
             names.update(SMART_TURN_SERVER)
-        servers = await _launch(names, host, log_dir, timeout)
+        servers = await _launch(names, host, log_dir, timeout, args)
         urls = _urls(servers)
         return cls(
             servers, urls["stt_url"], urls["llm_url"], urls["tts_url"], urls.get("smart_turn_url")
@@ -288,7 +290,11 @@ class ModelServers:
 
 
 async def _launch(
-    names: Mapping[str, str], host: str, log_dir: Path, timeout: float
+    names: Mapping[str, str],
+    host: str,
+    log_dir: Path,
+    timeout: float,
+    args: Mapping[str, Sequence[str]] | None = None,
 ) -> list[ServerProcess]:
     """Start the servers ``names`` (name -> module) in parallel, healthy; none left
     running if one fails."""
@@ -296,7 +302,10 @@ async def _launch(
     servers: list[ServerProcess] = []
     try:
         for name, module in names.items():
-            servers.append(ServerProcess.launch(name, module, host=host, log_dir=log_dir))
+            extra = (args or {}).get(name, ())
+            servers.append(
+                ServerProcess.launch(name, module, host=host, log_dir=log_dir, args=extra)
+            )
         await _wait_all_healthy(servers, timeout)
     except BaseException:
         await asyncio.gather(*(server.stop() for server in servers))
