@@ -117,3 +117,12 @@ def test_without_a_profiler_the_sampler_does_nothing(tmp_path: Path) -> None:
     sampler.stop()
 
     assert not (tmp_path / "profile.txt").exists()
+
+
+def test_the_llm_clients_work_is_no_frame_hop() -> None:
+    stack = [
+        "__process_frame (pipecat/processors/frame_processor.py:1306)",
+        "process_frame (pipecat/services/openai/base_llm.py:500)",
+        "create (openai/resources/chat/completions/completions.py:2000)",
+    ]
+    assert part_of(stack) == "LLM client (HTTP)"

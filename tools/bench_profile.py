@@ -38,6 +38,7 @@ PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("resampling", ("pipecat/audio/resamplers", "soxr")),
     ("STT client (websocket)", ("agent/pipeline/stt.py",)),
     ("TTS client (HTTP)", ("agent/pipeline/tts.py", "agent/pipeline/tts_fallback.py")),
+    ("LLM client (HTTP)", ("agent/pipeline/llm.py", "pipecat/services/openai/", "openai/")),
     ("policy, guard, turn reader", (
         "agent/conversation/policy.py",
         "agent/conversation/guard.py",
