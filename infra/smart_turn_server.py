@@ -70,8 +70,13 @@ MODEL_SECONDS = 8
 MODEL_SAMPLES = MODEL_SECONDS * MODEL_RATE
 #: The rates a turn may come at (a carrier's 8 kHz to a browser's 48 kHz).
 MIN_RATE, MAX_RATE = 8000, 48000
-#: The most decisions in one run of the model.
+#: The most decisions in one run of the model on a GPU.
 MAX_BATCH = 64
+#: On a CPU, one: the model's cost grows faster than its batch there, so a batch costs more
+#: CPU than its decisions one by one and answers them later (37 against 49-54 ms of CPU a
+#: decision, 26.7 against 18.6 decisions a second with 8-64 calls deciding at once:
+#: ``bench smart-turn``, docs/benchmarks/smart-turn.md).
+CPU_BATCH = 1
 #: Where ``--device`` defaults from: cpu, cuda or auto (CUDA when ONNX Runtime has it).
 DEVICE_ENV = "SMART_TURN_DEVICE"
 DEVICES = ("cpu", "cuda", "auto")
@@ -105,6 +110,11 @@ def providers_for(device: str, available: Sequence[str]) -> list[str]:
     if device == "cpu" or CUDA not in available:
         return [CPU]
     return [CUDA, CPU]
+
+
+def batch_for(providers: Sequence[str]) -> int:
+    """The most decisions in one run on the session's first provider."""
+    return MAX_BATCH if providers and providers[0] == CUDA else CPU_BATCH
 
 
 class SmartTurnModel:
@@ -291,12 +301,16 @@ def main(argv: list[str] | None = None) -> None:
         help=f"the session's CPU threads (default: {DEFAULT_THREADS}; more answer a decision "
         "a little sooner for much more CPU)",
     )
-    parser.add_argument("--max-batch", type=int, default=MAX_BATCH, help="decisions per run")
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        help=f"decisions per run (default: {MAX_BATCH} on a GPU, {CPU_BATCH} on a CPU)",
+    )
     parser.add_argument(
         "--nice", type=int, default=DEFAULT_NICE, help="niceness under SCHED_BATCH (Linux)"
     )
     args = parse_server_arguments(parser, argv)
-    if args.max_batch < 1:
+    if args.max_batch is not None and args.max_batch < 1:
         parser.error(f"--max-batch must be at least 1, got {args.max_batch}")
     run_in_background(args.nice)  # before the session's threads, which inherit it
     try:
@@ -304,6 +318,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     model.predict([np.zeros(MODEL_RATE // 10, np.float32)], [MODEL_RATE])  # the first run's cost
+    if args.max_batch is None:
+        args.max_batch = batch_for(model.providers)
     logger.info(
         "smart-turn %s on %s (ONNX Runtime has %s), batches of up to %d, on %s:%d",
         model.name,

@@ -14,10 +14,12 @@ from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnal
 from infra.smart_turn_server import (
     CPU,
     CUDA,
+    MAX_BATCH,
     ROUTE,
     Decisions,
     Prediction,
     SmartTurnModel,
+    batch_for,
     create_app,
     parse_turn,
     providers_for,
@@ -208,3 +210,8 @@ def test_cuda_asked_for_and_missing_is_refused() -> None:
 def test_a_batch_needs_room_for_one() -> None:
     with pytest.raises(ValueError, match="max_batch"):
         Decisions(Gated(), max_batch=0)
+
+
+def test_a_cpu_decides_one_turn_a_run_and_a_gpu_batches() -> None:
+    assert batch_for([CPU]) == 1  # a batch costs a CPU more than its turns one by one
+    assert batch_for([CUDA, CPU]) == MAX_BATCH

@@ -7,12 +7,13 @@ outweighed the steady state it is meant to show. The samples are summed here by 
 path: each sample of the worker's event loop counts for the part of the innermost frame
 of its stack that belongs to one (so the time aiohttp spends writing the STT's websocket
 counts for the STT client, the time asyncio's queues spend between two processors for
-pipecat's frame hops). The worker's helper processes on the same core count whole: every
-busy sample of the RTP sender (``telephony.rtp.sender``) for the outgoing packets, every
-busy sample of the smart-turn service the worker started (``infra.smart_turn_server``:
-its requests and its model) for smart-turn, and so does a thread of the worker asking it
-(or running the model, as pipecat's own analyzer does). Samples of a loop waiting in
-``select`` are idle and left out; so are the worker's other threads.
+pipecat's frame hops). The worker's child processes count whole: every busy sample of
+the RTP sender (``telephony.rtp.sender``) for the outgoing packets, and of a smart-turn
+service the worker started itself (``infra.smart_turn_server``, when it was given no
+``SMART_TURN_URL``; the bench's runs apart with the models) for smart-turn, as does a
+thread of the worker asking it (or running the model, as pipecat's own analyzer does).
+Samples of a loop waiting in ``select`` are idle and left out; so are the worker's other
+threads.
 """
 
 from __future__ import annotations
