@@ -43,9 +43,10 @@ ends) is silence too. A turn's caller audio is silence when:
   count line noise and comfort noise as speech. Speech the recognizer lost whole (no turn
   at all) counts toward the next turn;
 - ``dtmf_tone``: a keypad tone sent in band (a line without RFC 4733 events; those are not
-  audio and never reach the recording): each 20 ms frame whose energy is nearly all at one
-  row and one column DTMF frequency (``dtmf_tone``), with a frame either side, is silence
-  as it comes. (The STT still hears such tones, and transcribes no digits from them.)
+  audio and never reach the recording): each frame (20 ms, or 40 ms on a SIP line) whose
+  energy is nearly all at one row and one column DTMF frequency (``dtmf_tone``), with a
+  frame either side, is silence as it comes. (The STT still hears such tones, and
+  transcribes no digits from them.)
 
 Two more rules, for both channels:
 
