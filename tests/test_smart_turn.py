@@ -14,13 +14,13 @@ import pytest
 from aiohttp.test_utils import TestServer
 from pipecat.audio.turn.smart_turn.local_smart_turn_v3 import LocalSmartTurnAnalyzerV3
 
-from agent.pipeline import smart_turn
 from agent.pipeline.smart_turn import (
     INCOMPLETE,
     MIN_DEADLINE_S,
     SmartTurnAnalyzer,
     SmartTurnClient,
     deadline_for,
+    warm_up,
 )
 from agent.runtime.embedded import free_port
 from infra.smart_turn_server import ROUTE, Decisions, Prediction, SmartTurnModel, create_app
@@ -63,7 +63,9 @@ def _url(server: TestServer) -> str:
 
 
 def test_calls_keep_their_own_audio_and_load_no_model() -> None:
-    first, second = SmartTurnAnalyzer(sample_rate=16000), SmartTurnAnalyzer(sample_rate=16000)
+    client = SmartTurnClient(f"http://127.0.0.1:{free_port()}{ROUTE}", DEADLINE_S)
+    first = SmartTurnAnalyzer(client, sample_rate=16000)
+    second = SmartTurnAnalyzer(client, sample_rate=16000)
     first.append_audio(b"\1\0" * 320, is_speech=True)
 
     assert first._audio_buffer and not second._audio_buffer
@@ -73,12 +75,12 @@ def test_calls_keep_their_own_audio_and_load_no_model() -> None:
 async def test_the_analyzer_decides_through_the_service_as_pipecats_own() -> None:
     model = SmartTurnModel(threads=1)
     server = await _service(model.predict)
-    client = smart_turn.connect(_url(server), DEADLINE_S)
+    client = SmartTurnClient(_url(server), DEADLINE_S)
     try:
         for rate, line in [(16000, "I can pay two hundred dollars and"), (8000, "Yes, it's me.")]:
             audio = _audio(line, rate)
             stock = LocalSmartTurnAnalyzerV3()
-            ours = SmartTurnAnalyzer()
+            ours = SmartTurnAnalyzer(client)
             stock.set_sample_rate(rate)
             ours.set_sample_rate(rate)  # as pipecat's turn strategy does at the call's start
             got = await asyncio.to_thread(ours._predict_endpoint, audio)
@@ -86,7 +88,7 @@ async def test_the_analyzer_decides_through_the_service_as_pipecats_own() -> Non
             assert got["prediction"] == want["prediction"]
             assert got["probability"] == pytest.approx(want["probability"], abs=1e-4)
     finally:
-        smart_turn.disconnect(client)
+        client.close()
         await server.close()
 
 
@@ -196,20 +198,13 @@ def test_the_service_must_be_an_http_url() -> None:
         SmartTurnClient("ws://127.0.0.1:1/v1/end-of-turn", 1.0)
 
 
-def test_a_process_not_connected_says_so() -> None:
-    with pytest.raises(RuntimeError, match="no smart-turn service"):
-        smart_turn.decide(np.zeros(160, np.float32), 16000)
-
-
-async def test_the_latest_connection_answers_until_it_is_closed(echo: TestServer) -> None:
-    dead = smart_turn.connect(f"http://127.0.0.1:{free_port()}{ROUTE}", 1.0)
-    live = smart_turn.connect(_url(echo), DEADLINE_S)
+async def test_warming_up_opens_the_connection_the_first_call_uses(echo: TestServer) -> None:
+    client = SmartTurnClient(_url(echo), DEADLINE_S)
     try:
-        assert (await asyncio.to_thread(smart_turn.warm_up, 16000))["prediction"] == 16000
-        smart_turn.disconnect(live)
-        assert await asyncio.to_thread(smart_turn.warm_up, 16000) == INCOMPLETE
+        assert (await asyncio.to_thread(warm_up, client, 16000))["prediction"] == 16000
+        assert len(client._idle) == 1
     finally:
-        smart_turn.disconnect(dead)
+        client.close()
 
 
 async def test_a_call_without_its_smart_turn_service_still_ends_its_turns(

@@ -308,7 +308,9 @@ def plain_pipeline(ctx: CallContext, transport: BaseTransport, call_id: str) -> 
     from agent.pipeline.vad import create_vad_analyzer
 
     settings, models = ctx.settings, ctx.models
-    end_of_turn = SmartTurnAnalyzer(params=SmartTurnParams(stop_secs=settings.turn_fallback_secs))
+    end_of_turn = SmartTurnAnalyzer(
+        ctx.smart_turn, params=SmartTurnParams(stop_secs=settings.turn_fallback_secs)
+    )
     strategies = UserTurnStrategies(
         stop=[TurnAnalyzerUserTurnStopStrategy(turn_analyzer=end_of_turn)]
     )

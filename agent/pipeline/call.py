@@ -84,7 +84,7 @@ from agent.pipeline.llm import ChatCompletionsLLMService
 from agent.pipeline.phrasing import Phrasing
 from agent.pipeline.playout import Playout
 from agent.pipeline.recording import CallRecorder, recorder_for
-from agent.pipeline.smart_turn import SmartTurnAnalyzer
+from agent.pipeline.smart_turn import SmartTurnAnalyzer, SmartTurnClient
 from agent.pipeline.speculation import Speculation
 from agent.pipeline.stt import STT_UNAVAILABLE, StreamingSTTService
 from agent.pipeline.tts import StreamingTTSService
@@ -143,6 +143,8 @@ class CallContext:
     price_book: PriceBook
     prompts: PromptSet
     engine: Engine
+    #: The host's smart-turn service, as this process asks it (``agent.pipeline.smart_turn``).
+    smart_turn: SmartTurnClient
     #: The TTS primary's circuit breaker, shared by all calls; set iff a fallback is configured.
     tts_breaker: CircuitBreaker | None = None
 
@@ -606,7 +608,7 @@ class Call:
     async def _run(self, on_started: Callable[[Call], object] | None) -> CallSummary:
         ctx = self._ctx
         params = SmartTurnParams(stop_secs=ctx.settings.turn_fallback_secs)
-        analyzer = SmartTurnAnalyzer(params=params)  # its model is the worker's one
+        analyzer = SmartTurnAnalyzer(ctx.smart_turn, params=params)  # the host's model
         settings = ctx.settings
         limits = Limits(settings.connect_timeout_s, settings.max_call_s, settings.max_silence_s)
         self._watch = LimitWatch(limits, self._clock)

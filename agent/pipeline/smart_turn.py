@@ -153,43 +153,20 @@ class SmartTurnClient:
             connection.close()
 
 
-#: The process's clients, the latest in use: an ``AgentRuntime`` connects one for as long
-#: as it lives (tests run several, one after another or nested).
-_clients: list[SmartTurnClient] = []
-
-
-def connect(url: str, deadline_s: float) -> SmartTurnClient:
-    """The service at ``url`` answers this process's decisions until ``disconnect``."""
-    client = SmartTurnClient(url, deadline_s)
-    _clients.append(client)
-    return client
-
-
-def disconnect(client: SmartTurnClient) -> None:
-    _clients.remove(client)
-    client.close()
-
-
-def decide(audio: np.ndarray, sample_rate: int) -> dict[str, Any]:
-    """A decision from the service this process is connected to (blocking)."""
-    if not _clients:
-        raise RuntimeError("no smart-turn service: agent.runtime.context connects one")
-    return _clients[-1].decide(audio, sample_rate)
-
-
-def warm_up(sample_rate: int) -> dict[str, Any]:
+def warm_up(client: SmartTurnClient, sample_rate: int) -> dict[str, Any]:
     """One decision, so the first call's finds a connection open (and the logs say now,
     not at the first turn, if the service does not answer)."""
-    return decide(np.zeros(sample_rate // 10, dtype=np.float32), sample_rate)
+    return client.decide(np.zeros(sample_rate // 10, dtype=np.float32), sample_rate)
 
 
 class SmartTurnAnalyzer(LocalSmartTurnAnalyzerV3):
     """One call's smart-turn v3 analyzer: its state here, its model in the host's service."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, client: SmartTurnClient, **kwargs: Any) -> None:
         BaseSmartTurn.__init__(self, **kwargs)  # the state; no model of its own
+        self._client = client
         self._log_data = False
 
     def _predict_endpoint(self, audio_array: np.ndarray) -> dict[str, Any]:
         # Called in the analyzer's own thread: it waits here without holding the GIL.
-        return decide(audio_array, self._sample_rate or MODEL_RATE)
+        return self._client.decide(audio_array, self._sample_rate or MODEL_RATE)

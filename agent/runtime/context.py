@@ -117,10 +117,10 @@ class AgentRuntime:
             *map(hide_password, (*urls, servers.smart_turn_url)),
         )
         deadline = smart_turn.deadline_for(settings.turn_fallback_secs, settings.vad_stop_secs)
-        client = smart_turn.connect(servers.smart_turn_url, deadline)
-        self._stack.callback(smart_turn.disconnect, client)
+        client = smart_turn.SmartTurnClient(servers.smart_turn_url, deadline)
+        self._stack.callback(client.close)
         # A connection to it open before the first call's first turn.
-        await asyncio.to_thread(smart_turn.warm_up, settings.audio_in_sample_rate)
+        await asyncio.to_thread(smart_turn.warm_up, client, settings.audio_in_sample_rate)
         if settings.sip_port is not None or settings.sip_trunk:
             # The RTP sender's process, up before the first call's first packet is due.
             await asyncio.to_thread(SENDER.start)
@@ -138,7 +138,15 @@ class AgentRuntime:
             )
             self._stack.push_async_callback(breaker.close)
         return CallContext(
-            settings, models, sessions, writer, price_book, prompts, engine, tts_breaker=breaker
+            settings,
+            models,
+            sessions,
+            writer,
+            price_book,
+            prompts,
+            engine,
+            smart_turn=client,
+            tts_breaker=breaker,
         )
 
     async def __aexit__(
