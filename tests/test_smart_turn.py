@@ -8,6 +8,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,6 +59,11 @@ async def echo() -> AsyncIterator[TestServer]:
     await server.close()
 
 
+async def _silence(client: SmartTurnClient) -> dict[str, Any]:
+    """The client's decision on 10 ms of silence at 16 kHz, from a thread as a call asks."""
+    return await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000)
+
+
 def _url(server: TestServer) -> str:
     return str(server.make_url(ROUTE))
 
@@ -106,7 +112,7 @@ async def test_connections_are_kept_and_reused(echo: TestServer) -> None:
     client = SmartTurnClient(_url(echo), DEADLINE_S)
     try:
         for _ in range(3):
-            await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000)
+            await _silence(client)
         assert len(client._idle) == 1  # one decision at a time: one connection
         await asyncio.gather(
             *(asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000) for _ in "ab")
@@ -123,19 +129,15 @@ async def test_a_dead_service_is_incomplete_then_the_next_decision_reconnects(
     client = SmartTurnClient(f"http://127.0.0.1:{port}{ROUTE}", deadline_s=1.0)
     caplog.set_level(logging.INFO, logger="agent.pipeline.smart_turn")
     try:
-        assert (
-            await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000) == INCOMPLETE
-        )
-        assert (
-            await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000) == INCOMPLETE
-        )
+        assert await _silence(client) == INCOMPLETE
+        assert await _silence(client) == INCOMPLETE
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1  # once per outage, not per turn
         assert "turns are taken as unfinished" in warnings[0].getMessage()
 
         server = await _service(Echo(), port)  # the service is back
         try:
-            answer = await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000)
+            answer = await _silence(client)
         finally:
             await server.close()
     finally:
@@ -152,7 +154,7 @@ async def test_a_service_that_does_not_answer_is_incomplete_at_the_deadline() ->
         client = SmartTurnClient(url, deadline_s=MIN_DEADLINE_S)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        answer = await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000)
+        answer = await _silence(client)
         waited = loop.time() - started
     assert answer == INCOMPLETE
     assert waited < 5  # the deadline, not forever (generous for a loaded machine)
@@ -164,11 +166,11 @@ async def test_a_service_started_again_is_found_without_a_lost_decision() -> Non
     port = first.port
     client = SmartTurnClient(_url(first), DEADLINE_S)
     try:
-        await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000)
+        await _silence(client)
         await first.close()  # its kept connection is closed by the server
         second = await _service(Echo(), port)
         try:
-            answer = await asyncio.to_thread(client.decide, np.zeros(160, np.float32), 16000)
+            answer = await _silence(client)
         finally:
             await second.close()
     finally:

@@ -10,10 +10,11 @@ worker it holds the GIL in long stretches, which makes the RTP pacer late.
 So the analyzer here keeps the call's state in the worker and sends each prediction (the
 turn's audio, at most 8 s, as 16-bit PCM) to the host's smart-turn service
 (``infra/smart_turn_server.py``, at ``SMART_TURN_URL``), which holds the one model for
-every worker of the host and batches the decisions of all their calls into one run of one
-ONNX session. The analyzer's thread waits on its socket without the GIL; the worker's
-event loop is not involved. Each thread in flight holds one keep-alive HTTP connection of
-the worker's pool (``SmartTurnClient``), kept for the next decision.
+every worker of the host and decides all their calls' turns in one ONNX session (one
+turn a run on a CPU, batches on a GPU). The analyzer's thread waits on its socket
+without the GIL; the worker's event loop is not involved. Each thread in flight holds one
+keep-alive HTTP connection of the worker's pool (``SmartTurnClient``), kept for the next
+decision.
 
 The service failing must not cost a call: a decision that does not come within the
 deadline, or a service that is down, is "incomplete", and the turn ends by pipecat's
